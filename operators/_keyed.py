@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import numpy.typing as npt
-
 from perfsift.operators.batch import Batch
 
 
@@ -45,9 +44,9 @@ class KeyedColumns:
         return mapped[inverse.reshape(-1)]
 
 
-def group_rows(keys: npt.NDArray[np.int64]) -> tuple[
-    npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]
-]:
+def group_rows(
+    keys: npt.NDArray[np.int64],
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
     """Stable grouping of rows by key.
 
     Returns ``order`` (row indexes sorted by key, arrival order kept within a key), the distinct

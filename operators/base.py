@@ -13,7 +13,6 @@ import json
 from typing import Any, ClassVar
 
 import numpy as np
-
 from perfsift.operators.batch import Batch
 
 _MAGIC = b"PSIFT-OP1"
@@ -54,9 +53,7 @@ class Operator:
 
     def fingerprint(self) -> str:
         """Stable hash of class, state version and parameters: the key that state is valid for."""
-        blob = json.dumps(
-            [type(self).__name__, self.STATE_VERSION, self.get_params()], sort_keys=True, default=str
-        )
+        blob = json.dumps([type(self).__name__, self.STATE_VERSION, self.get_params()], sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
     # -- streaming --------------------------------------------------------------------------
@@ -81,7 +78,7 @@ class Operator:
         meta, arrays = self._state()
         header = {"fingerprint": self.fingerprint(), "meta": meta}
         buf = io.BytesIO()
-        np.savez(buf, **arrays)
+        np.savez(buf, **arrays)  # type: ignore[arg-type]
         head = json.dumps(header).encode()
         return _MAGIC + len(head).to_bytes(4, "big") + head + buf.getvalue()
 

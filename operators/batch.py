@@ -63,8 +63,7 @@ class Batch:
         k = self.ts.shape[0]
         if self.values.shape != (k, len(self.metrics)):
             raise ValueError(
-                f"values has shape {self.values.shape}, expected ({k}, {len(self.metrics)}) "
-                "(rows x metrics)"
+                f"values has shape {self.values.shape}, expected ({k}, {len(self.metrics)}) (rows x metrics)"
             )
         if self.node_idx.shape != (k,) or self.job_idx.shape != (k,):
             raise ValueError("node_idx and job_idx must have one entry per row")
@@ -139,9 +138,7 @@ class Batch:
             extra={k: v[r] for k, v in self.extra.items()},
         )
 
-    def with_values(
-        self, values: FloatArray, metrics: Sequence[str] | None = None, **extra: np.ndarray
-    ) -> Batch:
+    def with_values(self, values: FloatArray, metrics: Sequence[str] | None = None, **extra: np.ndarray) -> Batch:
         """Same rows, new value matrix (and optionally new metric names and extra columns)."""
         return Batch(
             ts=self.ts,

@@ -10,7 +10,6 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-
 from perfsift.operators._keyed import KeyedColumns, group_rows, grow
 from perfsift.operators.base import Operator
 from perfsift.operators.batch import Batch

@@ -15,8 +15,18 @@ import numpy as np
 import orjson
 
 METRICS = (
-    "cpu_idle", "cpu_user", "cpu_kern", "pswitch", "intr", "forks",
-    "lread", "lwrite", "bread", "bwrite", "pkts_in", "pkts_out",
+    "cpu_idle",
+    "cpu_user",
+    "cpu_kern",
+    "pswitch",
+    "intr",
+    "forks",
+    "lread",
+    "lwrite",
+    "bread",
+    "bwrite",
+    "pkts_in",
+    "pkts_out",
 )
 
 
@@ -52,8 +62,13 @@ def generate_demo(path: str | Path, nodes: int = 16, steps: int = 600, seed: int
                     "pkts_in": 300 + 250 * np.sin(2 * np.pi * t[i] / 40 + phase[p]) + rng.normal(0, 10),
                     "pkts_out": 300 + 250 * np.sin(2 * np.pi * t[i] / 40 + phase[p] + 0.3) + rng.normal(0, 10),
                 }
-                rec = {"ts": t0 + i, "node": f"n{p:02d}", "job": "demo", "seq": i,
-                       "metrics": {k: round(float(v), 3) for k, v in vals.items()}}
+                rec = {
+                    "ts": t0 + i,
+                    "node": f"n{p:02d}",
+                    "job": "demo",
+                    "seq": i,
+                    "metrics": {k: round(float(v), 3) for k, v in vals.items()},
+                }
                 fh.write(orjson.dumps(rec) + b"\n")
                 count += 1
     return count

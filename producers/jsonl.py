@@ -9,15 +9,14 @@ from __future__ import annotations
 import gzip
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, cast
 
 import orjson
-
 from perfsift.schemas import RecordError, validate_sample
 
 
 def _open(path: Path) -> IO[bytes]:
-    return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")  # noqa: SIM115
+    return cast(IO[bytes], gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb"))
 
 
 def iter_jsonl_samples(

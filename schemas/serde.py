@@ -24,12 +24,11 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 from functools import cache
 from importlib import resources
-from typing import Any
+from typing import Any, cast
 
 import fastavro
 import numpy as np
 import orjson
-
 from perfsift.operators.batch import Batch
 
 MAX_METRICS = 4096
@@ -55,8 +54,7 @@ def load_schema(name: str) -> dict[str, Any]:
     if name not in SCHEMA_NAMES:
         raise KeyError(f"no schema {name!r}; known: {', '.join(SCHEMA_NAMES)}")
     text = resources.files("perfsift.schemas").joinpath(f"{name}.avsc").read_text()
-    parsed: dict[str, Any] = fastavro.parse_schema(json.loads(text))
-    return parsed
+    return cast(dict[str, Any], fastavro.parse_schema(json.loads(text)))
 
 
 # -- validation of one sample ---------------------------------------------------------------------
@@ -125,11 +123,20 @@ def batch_to_samples(batch: Batch) -> list[dict[str, Any]]:
     extras = {k: v.tolist() for k, v in batch.extra.items() if v.ndim == 1}
     out = []
     for i, (t, ni, ji, s, row) in enumerate(
-        zip(batch.ts.tolist(), batch.node_idx.tolist(), batch.job_idx.tolist(), batch.seq.tolist(),
-            batch.values.tolist(), strict=True)
+        zip(
+            batch.ts.tolist(),
+            batch.node_idx.tolist(),
+            batch.job_idx.tolist(),
+            batch.seq.tolist(),
+            batch.values.tolist(),
+            strict=True,
+        )
     ):
         rec: dict[str, Any] = {
-            "ts": t, "node": nodes[ni], "job": jobs[ji], "seq": s,
+            "ts": t,
+            "node": nodes[ni],
+            "job": jobs[ji],
+            "seq": s,
             "metrics": {m: (None if v != v else v) for m, v in zip(names, row, strict=True)},
         }
         for k, col in extras.items():
@@ -176,17 +183,20 @@ class _BatchBuilder:
     def build(self) -> tuple[Batch, list[tuple[int, str]]]:
         """The batch of the valid rows, and (row, reason) for rows with bad metric values."""
         k = len(self.ts)
+        ok = np.ones(k, dtype=bool)
+        bad: list[tuple[int, str]] = []
+        mats = [
+            (names, rows, _to_float_matrix(vals, rows, names, bad, ok)) for names, (rows, vals) in self.groups.items()
+        ]
+        # columns come only from records that are kept: a rejected record adds no metric
+        live = [(names, rows, mat) for names, rows, mat in mats if ok[rows].any()]
         metric_ix: dict[str, int] = {}
-        for names in self.groups:
+        for names, _, _ in live:
             for m in names:
                 metric_ix.setdefault(m, len(metric_ix))
         values = np.full((k, len(metric_ix)), np.nan)
-        ok = np.ones(k, dtype=bool)
-        bad: list[tuple[int, str]] = []
-        for names, (rows, vals) in self.groups.items():
-            cols = [metric_ix[m] for m in names]
-            mat = _to_float_matrix(vals, rows, names, bad, ok)
-            values[np.ix_(rows, cols)] = mat
+        for names, rows, mat in live:
+            values[np.ix_(rows, [metric_ix[m] for m in names])] = mat
         batch = Batch(
             ts=np.array(self.ts, dtype=np.float64),
             node_idx=np.array(self.node, dtype=np.int64),
@@ -261,7 +271,11 @@ def decode_samples(
             errors.append(RecordError(f"a sample must be a JSON object, got {type(obj).__name__}", loc(i), i))
             continue
         ts, node, job, seq, metrics = (
-            obj.get("ts"), obj.get("node"), obj.get("job", "default"), obj.get("seq", -1), obj.get("metrics"),
+            obj.get("ts"),
+            obj.get("node"),
+            obj.get("job", "default"),
+            obj.get("seq", -1),
+            obj.get("metrics"),
         )
         tt = type(ts)
         if (
@@ -301,10 +315,22 @@ def encode_batch(batch: Batch, codec: str = "json", schema: str = "sample") -> l
         out = []
         # NaN serialises as null in orjson, so the value rows go in untouched.
         for i, (t, ni, ji, s, row) in enumerate(
-            zip(batch.ts.tolist(), batch.node_idx.tolist(), batch.job_idx.tolist(), batch.seq.tolist(),
-                batch.values.tolist(), strict=True)
+            zip(
+                batch.ts.tolist(),
+                batch.node_idx.tolist(),
+                batch.job_idx.tolist(),
+                batch.seq.tolist(),
+                batch.values.tolist(),
+                strict=True,
+            )
         ):
-            rec = {"ts": t, "node": nodes[ni], "job": jobs[ji], "seq": s, "metrics": dict(zip(names, row))}
+            rec = {
+                "ts": t,
+                "node": nodes[ni],
+                "job": jobs[ji],
+                "seq": s,
+                "metrics": dict(zip(names, row, strict=False)),
+            }
             for k, col in extras:
                 rec[k] = col[i]
             out.append(dumps(rec))
@@ -334,7 +360,7 @@ class JsonCodec:
             return validate_sample(obj, where)
         if type(obj) is not dict:
             raise RecordError(f"a {self.schema} record must be a JSON object", where)
-        return obj  # type: ignore[no-any-return]
+        return obj
 
 
 class AvroCodec:

@@ -18,7 +18,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
 
+from perfsift.streams.logs import kafka_logger
+
 HOST = "127.0.0.1"
+#: cluster id the embedded broker reports; with Tansu's own default it marks an embedded-class broker
+EMBEDDED_CLUSTER_ID = "perfsift-embedded"
+EMBEDDED_CLUSTER_IDS = frozenset({EMBEDDED_CLUSTER_ID, "tansu_cluster"})
 
 
 class BrokerError(RuntimeError):
@@ -49,7 +54,7 @@ def wait_until_ready(bootstrap: str, timeout: float = 20.0, proc: subprocess.Pop
     from confluent_kafka.admin import AdminClient
 
     deadline = time.monotonic() + timeout
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0, "logger": _quiet_logger()})
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0, "logger": kafka_logger()})
     last: Exception | None = None
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
@@ -64,9 +69,8 @@ def wait_until_ready(bootstrap: str, timeout: float = 20.0, proc: subprocess.Pop
 
 
 def _quiet_logger() -> object:
-    import logging
 
-    log = logging.getLogger("perfsift.kafka")
+    log = kafka_logger()
     return log
 
 
@@ -98,10 +102,16 @@ class EmbeddedBroker:
         port = self.port or free_port()
         url = f"tcp://{HOST}:{port}"
         cmd = [
-            binary, "broker",
-            "--listener-url", url,
-            "--advertised-listener-url", url,
-            "--storage-engine", "memory://tansu/",
+            binary,
+            "broker",
+            "--cluster-id",
+            EMBEDDED_CLUSTER_ID,
+            "--listener-url",
+            url,
+            "--advertised-listener-url",
+            url,
+            "--storage-engine",
+            "memory://tansu/",
         ]
         if self.log_file is None:
             fd, name = tempfile.mkstemp(prefix="perfsift-broker-", suffix=".log")
@@ -140,7 +150,9 @@ class EmbeddedBroker:
     def __enter__(self) -> EmbeddedBroker:
         return self.start()
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.stop()
 
     def __del__(self) -> None:

@@ -14,12 +14,6 @@ from typing import Annotated, Any
 
 import orjson
 import typer
-from rich.console import Console
-from rich.live import Live
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-from rich.table import Table
-
-from perfsift import __version__
 from perfsift.producers import demo_trace_path, iter_jsonl_samples, number_samples
 from perfsift.schemas import RecordError
 from perfsift.streams.broker import BrokerError, EmbeddedBroker, bootstrap_or_embedded
@@ -30,9 +24,15 @@ from perfsift.streams.config import (
     load_pipeline,
     parse_props,
 )
+from perfsift.streams.logs import kafka_logger
 from perfsift.streams.publish import publish_samples
 from perfsift.streams.runner import DEADLETTER_TOPIC, STATE_TOPIC, StageError, StageRunner, run_in_thread
-from perfsift.streams.topics import TOPICS, ensure_topics
+from perfsift.streams.topics import create_pipeline_topics
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from perfsift import __version__
 
 app = typer.Typer(
     help="perfsift: reduce performance-monitoring data in flight (streaming operators on Kafka).",
@@ -45,8 +45,12 @@ out = Console()
 
 BootstrapOpt = Annotated[
     str | None,
-    typer.Option("--bootstrap", "-b", envvar="PERFSIFT_BOOTSTRAP",
-                 help="Kafka bootstrap servers (host:port,...). Without it, an embedded broker is started."),
+    typer.Option(
+        "--bootstrap",
+        "-b",
+        envvar="PERFSIFT_BOOTSTRAP",
+        help="Kafka bootstrap servers (host:port,...). Without it, an embedded broker is started.",
+    ),
 ]
 PropsOpt = Annotated[
     list[str] | None,
@@ -58,8 +62,9 @@ ConfigOpt = Annotated[
 
 
 def _setup_logging(verbose: bool) -> None:
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     # librdkafka reports every refused connection while brokers start or stop; keep errors only
     logging.getLogger("perfsift.kafka").setLevel(logging.ERROR if not verbose else logging.INFO)
 
@@ -74,22 +79,6 @@ def _pipeline(config: Path | None) -> PipelineConfig:
         return load_pipeline(config)
     except ConfigError as exc:
         raise _fail(str(exc)) from None
-
-
-def _all_topics(cfg: PipelineConfig) -> tuple[list[str], list[str]]:
-    names = [cfg.topic(t) for t in TOPICS]
-    for st in cfg.stages.values():
-        names += [cfg.topic(st.input), *(cfg.topic(o) for o in st.outputs)]
-    compacted = [cfg.topic(t.name) for t in TOPICS.values() if t.compacted]
-    return list(dict.fromkeys(names)), compacted
-
-
-def _create_topics(cfg: PipelineConfig, props: dict[str, str]) -> None:
-    from confluent_kafka.admin import AdminClient
-
-    names, compacted = _all_topics(cfg)
-    admin = AdminClient({**props, "logger": logging.getLogger("perfsift.kafka")})
-    ensure_topics(admin, names, cfg.partitions, cfg.replication, cfg.retention_ms, compacted)
 
 
 @contextlib.contextmanager
@@ -123,8 +112,10 @@ def version_callback(value: bool) -> None:
 @app.callback()
 def main_options(
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log progress and client messages.")] = False,
-    version: Annotated[bool | None, typer.Option("--version", callback=version_callback, is_eager=True,
-                                                 help="Print the version and exit.")] = None,
+    version: Annotated[
+        bool | None,
+        typer.Option("--version", callback=version_callback, is_eager=True, help="Print the version and exit."),
+    ] = None,
 ) -> None:
     _setup_logging(verbose)
 
@@ -141,7 +132,7 @@ def broker(
     try:
         with EmbeddedBroker(port=port) as b, _stop_on_signals(stop):
             if create_topics:
-                _create_topics(cfg, {"bootstrap.servers": b.bootstrap})
+                create_pipeline_topics(cfg, {"bootstrap.servers": b.bootstrap})
             out.print(f"broker listening on [bold]{b.bootstrap}[/bold] (in-memory; data is lost when it stops)")
             out.print(f"use: perfsift ... --bootstrap {b.bootstrap}    stop: Ctrl-C")
             while not stop.wait(0.5):
@@ -190,16 +181,19 @@ def worker(
         raise _fail("worker needs --bootstrap (or PERFSIFT_BOOTSTRAP); `perfsift run` runs everything embedded")
     props = kafka_properties(bootstrap, parse_props(kafka_prop))
     if create_topics:
-        _create_topics(cfg, props)
+        create_pipeline_topics(cfg, props)
     runner = StageRunner(st, cfg, props)
-    console.print(f"stage [bold]{stage}[/bold]: {cfg.topic(st.input)} -> {', '.join(cfg.topic(o) for o in st.outputs)}"
-                  f" ({runner.guarantee}, group {runner.group_id})")
+    runner.resolve_guarantee()
+    console.print(
+        f"stage [bold]{stage}[/bold]: {cfg.topic(st.input)} -> {', '.join(cfg.topic(o) for o in st.outputs)}"
+        f" ({runner.guarantee}, group {runner.group_id})"
+    )
     with _stop_on_signals(runner.stop_event):
         try:
             stats = runner.run()
         except StageError as exc:
             raise _fail(str(exc), 1) from None
-    console.print(orjson.dumps(stats.as_dict()).decode())
+    typer.echo(orjson.dumps(stats.as_dict()).decode(), err=True)
 
 
 @app.command()
@@ -218,10 +212,17 @@ def tail(
     if not bootstrap:
         raise _fail("tail needs --bootstrap (or PERFSIFT_BOOTSTRAP)")
     props = kafka_properties(bootstrap, parse_props(kafka_prop))
-    c = Consumer({**props, "group.id": f"perfsift.tail.{time.time_ns()}", "enable.auto.commit": False,
-                  "auto.offset.reset": "earliest" if from_beginning else "latest",
-                  "session.timeout.ms": 6000, "heartbeat.interval.ms": 500,
-                  "logger": logging.getLogger("perfsift.kafka")})
+    c = Consumer(
+        {
+            **props,
+            "group.id": f"perfsift.tail.{time.time_ns()}",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest" if from_beginning else "latest",
+            "session.timeout.ms": 6000,
+            "heartbeat.interval.ms": 500,
+            "logger": kafka_logger(),
+        }
+    )
     c.subscribe([topic])
     stop = threading.Event()
     n, last = 0, time.monotonic()
@@ -243,7 +244,8 @@ def tail(
                     rec = orjson.loads(value)
                 except orjson.JSONDecodeError:
                     rec = value.decode("utf-8", "replace")
-                out.print(f"[dim]{m.topic()}:{m.partition()}:{m.offset()} key={(m.key() or b'').decode(errors='replace')}[/dim]")
+                key = (m.key() or b"").decode(errors="replace")
+                out.print(f"[dim]{m.topic()}:{m.partition()}:{m.offset()} key={key}[/dim]")
                 out.print_json(data=rec) if isinstance(rec, dict | list) else out.print(rec)
     finally:
         c.close()
@@ -256,8 +258,15 @@ def _stats_table(runners: list[StageRunner], published: int, elapsed: float) -> 
     for r in runners:
         s = r.stats
         rate = s.records_in / elapsed if elapsed > 0 else 0.0
-        t.add_row(r.stage.name, f"{s.records_in:,}", f"{s.records_out:,}", f"{s.dead_letters:,}",
-                  f"{s.bytes_in / 1e6:,.2f}", f"{s.bytes_out / 1e6:,.2f}", f"{rate:,.0f}")
+        t.add_row(
+            r.stage.name,
+            f"{s.records_in:,}",
+            f"{s.records_out:,}",
+            f"{s.dead_letters:,}",
+            f"{s.bytes_in / 1e6:,.2f}",
+            f"{s.bytes_out / 1e6:,.2f}",
+            f"{rate:,.0f}",
+        )
     return t
 
 
@@ -266,8 +275,10 @@ def run(
     bootstrap: BootstrapOpt = None,
     kafka_prop: PropsOpt = None,
     config: ConfigOpt = None,
-    trace: Annotated[Path | None, typer.Option(help="JSONL trace to replay (default: the bundled demo).",
-                                               exists=True, dir_okay=False)] = None,
+    trace: Annotated[
+        Path | None,
+        typer.Option(help="JSONL trace to replay (default: the bundled demo).", exists=True, dir_okay=False),
+    ] = None,
     timeout: Annotated[float, typer.Option(help="Give up waiting for the pipeline after this many seconds.")] = 300.0,
     summary_json: Annotated[Path | None, typer.Option("--summary-json", help="Also write the summary here.")] = None,
 ) -> None:
@@ -286,16 +297,19 @@ def run(
             if embedded is not None:
                 console.print(f"embedded broker on {bs} (in memory)")
             props = kafka_properties(bs, parse_props(kafka_prop))
-            _create_topics(cfg, props)
+            create_pipeline_topics(cfg, props)
             runners = [StageRunner(st, cfg, props, embedded=embedded is not None) for st in cfg.stages.values()]
             threads = [run_in_thread(r, on_error=failures.append) for r in runners]
             t0 = time.monotonic()
             errors: list[RecordError] = []
             samples = number_samples(iter_jsonl_samples(trace_path, errors.append))
-            published = publish_samples(props, cfg.topic("perf.raw"), samples, console=console,
-                                        label=f"replaying {trace_path.name}")
+            published = publish_samples(
+                props, cfg.topic("perf.raw"), samples, console=console, label=f"replaying {trace_path.name}"
+            )
             expected = _expected_inputs(cfg, runners, published)
-            with Live(_stats_table(runners, published, 0.0), console=console, refresh_per_second=4, transient=True) as live:
+            with Live(
+                _stats_table(runners, published, 0.0), console=console, refresh_per_second=4, transient=True
+            ) as live:
                 while not stop.is_set() and not failures:
                     live.update(_stats_table(runners, published, time.monotonic() - t0))
                     if all(r.stats.records_in >= expected(r) for r in runners):
@@ -310,13 +324,19 @@ def run(
                     th.join(30)
             if failures:
                 raise _fail(f"a stage failed: {failures[0]}", 1)
-            summary = {"published": published, "rejected_lines": len(errors), "elapsed_s": round(elapsed, 3),
-                       "guarantee": runners[0].guarantee if runners else None,
-                       "stages": [r.stats.as_dict() for r in runners]}
+            summary = {
+                "published": published,
+                "rejected_lines": len(errors),
+                "elapsed_s": round(elapsed, 3),
+                "guarantee": runners[0].guarantee if runners else None,
+                "stages": [r.stats.as_dict() for r in runners],
+            }
             out.print(_stats_table(runners, published, elapsed))
             processed = all(r.stats.records_in == expected(r) for r in runners)
-            out.print(f"{'every' if processed else 'NOT every'} sample processed: {published:,} published, "
-                      f"{sum(r.stats.dead_letters for r in runners):,} dead letters, {len(errors)} rejected lines")
+            out.print(
+                f"{'every' if processed else 'NOT every'} sample processed: {published:,} published, "
+                f"{sum(r.stats.dead_letters for r in runners):,} dead letters, {len(errors)} rejected lines"
+            )
             if summary_json:
                 summary_json.write_bytes(orjson.dumps(summary, option=orjson.OPT_INDENT_2))
     except BrokerError as exc:

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-
 from perfsift.operators import Operator
 from perfsift.operators.smooth import Ewma, SlidingMean
 
@@ -105,8 +104,16 @@ def _parse_operator(source: str, where: str, item: object) -> OperatorSpec:
 
 
 _SCALARS: dict[str, type] = {
-    "topic_prefix": str, "partitions": int, "replication": int, "retention_ms": int, "encoding": str,
-    "guarantee": str, "batch_size": int, "batch_timeout_s": float, "commit_interval_s": float, "snapshots": bool,
+    "topic_prefix": str,
+    "partitions": int,
+    "replication": int,
+    "retention_ms": int,
+    "encoding": str,
+    "guarantee": str,
+    "batch_size": int,
+    "batch_timeout_s": float,
+    "commit_interval_s": float,
+    "snapshots": bool,
 }
 
 
@@ -123,8 +130,9 @@ def _coerce(source: str, key: str, value: object) -> Any:
         raise _err(source, key, f"expected {typ.__name__}, got {value!r}") from None
 
 
-def load_pipeline(path: str | Path | None = None, env: Mapping[str, str] | None = None,
-                  overrides: Mapping[str, Any] | None = None) -> PipelineConfig:
+def load_pipeline(
+    path: str | Path | None = None, env: Mapping[str, str] | None = None, overrides: Mapping[str, Any] | None = None
+) -> PipelineConfig:
     """Read a pipeline file (the packaged default when ``path`` is None), then apply ``PERFSIFT_*``
     environment variables and then ``overrides`` (CLI flags)."""
     p = Path(path) if path is not None else default_pipeline_path()
@@ -187,7 +195,7 @@ def kafka_properties(
     props = {"bootstrap.servers": bootstrap}
     for key, val in (env if env is not None else os.environ).items():
         if key.startswith("PERFSIFT_KAFKA_"):
-            props[key[len("PERFSIFT_KAFKA_"):].lower().replace("_", ".")] = val
+            props[key[len("PERFSIFT_KAFKA_") :].lower().replace("_", ".")] = val
     props.update(extra or {})
     return props
 

@@ -2,24 +2,28 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterable
 from typing import Any
 
 import orjson
 from confluent_kafka import KafkaError, Message, Producer
+from perfsift.streams.logs import kafka_logger
+from perfsift.streams.runner import producer_settings
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-from perfsift.streams.runner import producer_settings
 
 
 class PublishError(RuntimeError):
     """Samples were not acknowledged by the broker."""
 
 
-def publish_samples(props: dict[str, str], topic: str, samples: Iterable[dict[str, Any]],
-                    console: Console | None = None, label: str = "publishing") -> int:
+def publish_samples(
+    props: dict[str, str],
+    topic: str,
+    samples: Iterable[dict[str, Any]],
+    console: Console | None = None,
+    label: str = "publishing",
+) -> int:
     """Publish samples keyed by node (JSON); return how many were acknowledged."""
     failed: list[str] = []
 
@@ -27,11 +31,18 @@ def publish_samples(props: dict[str, str], topic: str, samples: Iterable[dict[st
         if err is not None:
             failed.append(str(err))
 
-    settings = producer_settings(props) | {"on_delivery": on_delivery, "logger": logging.getLogger("perfsift.kafka")}
+    settings = producer_settings(props) | {"on_delivery": on_delivery, "logger": kafka_logger()}
     producer = Producer(settings)
     n = 0
-    progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                        console=console, transient=False, disable=console is None)
+    progress = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=False,
+        disable=console is None,
+    )
     with progress:
         task = progress.add_task(label, total=None)
         for s in samples:
@@ -49,6 +60,7 @@ def publish_samples(props: dict[str, str], topic: str, samples: Iterable[dict[st
         remaining = producer.flush(60)
         progress.update(task, completed=n, total=n)
     if remaining or failed:
-        raise PublishError(f"{remaining + len(failed)} of {n} samples not acknowledged"
-                           + (f" (e.g. {failed[0]})" if failed else ""))
+        raise PublishError(
+            f"{remaining + len(failed)} of {n} samples not acknowledged" + (f" (e.g. {failed[0]})" if failed else "")
+        )
     return n

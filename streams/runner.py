@@ -26,14 +26,22 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import orjson
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
-
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
 from perfsift.operators import Batch, Operator, SnapshotError
 from perfsift.schemas import decode_samples, encode_batch
 from perfsift.streams.config import PipelineConfig, StageConfig
+from perfsift.streams.logs import kafka_logger
 
 log = logging.getLogger("perfsift.runner")
 
@@ -65,10 +73,17 @@ class StageStats:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "stage": self.stage, "records_in": self.records_in, "records_out": self.records_out,
-            "dead_letters": self.dead_letters, "batches": self.batches, "bytes_in": self.bytes_in,
-            "bytes_out": self.bytes_out, "commits": self.commits, "restored_partitions": self.restored_partitions,
-            "lag": sum(self.lag.values()), "busy_s": round(self.busy_s, 3),
+            "stage": self.stage,
+            "records_in": self.records_in,
+            "records_out": self.records_out,
+            "dead_letters": self.dead_letters,
+            "batches": self.batches,
+            "bytes_in": self.bytes_in,
+            "bytes_out": self.bytes_out,
+            "commits": self.commits,
+            "restored_partitions": self.restored_partitions,
+            "lag": sum(self.lag.values()),
+            "busy_s": round(self.busy_s, 3),
         }
 
 
@@ -77,6 +92,11 @@ class _Partition:
     chain: list[Operator]
     next_offset: int | None = None
     dirty: bool = False
+
+
+def _where(m: Message) -> tuple[str, int, int]:
+    """(topic, partition, offset) of a fetched message (never None for a message without error)."""
+    return cast(str, m.topic()), cast(int, m.partition()), cast(int, m.offset())
 
 
 def consumer_settings(props: dict[str, str], group: str, isolation: str = "read_uncommitted") -> dict[str, Any]:
@@ -91,7 +111,7 @@ def consumer_settings(props: dict[str, str], group: str, isolation: str = "read_
         "isolation.level": isolation,
         "fetch.max.bytes": 52428800,
         "max.partition.fetch.bytes": 10485760,
-        "logger": logging.getLogger("perfsift.kafka"),
+        "logger": kafka_logger(),
     }
 
 
@@ -106,22 +126,31 @@ def producer_settings(props: dict[str, str], transactional_id: str | None = None
         "partitioner": "murmur2_random",
         "enable.idempotence": True,
         "delivery.report.only.error": True,
-        "logger": logging.getLogger("perfsift.kafka"),
+        "logger": kafka_logger(),
     }
     if transactional_id:
         s["transactional.id"] = transactional_id
+        # a zombie's open transaction blocks read_committed readers until it times out: keep it short
+        s["transaction.timeout.ms"] = 10000
     return s
 
 
-def dead_letter_record(stage: str, msg_topic: str, partition: int, offset: int, key: bytes | None,
-                       value: bytes | None, reason: str) -> bytes:
+def dead_letter_record(
+    stage: str, msg_topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None, reason: str
+) -> bytes:
     """A dead-letter record (schemas/deadletter.avsc); key and value are base64 in JSON."""
-    return orjson.dumps({
-        "stage": stage, "topic": msg_topic, "partition": partition, "offset": offset,
-        "key": base64.b64encode(key).decode() if key is not None else None,
-        "value": base64.b64encode(value).decode() if value is not None else None,
-        "reason": reason, "ts": time.time(),
-    })
+    return orjson.dumps(
+        {
+            "stage": stage,
+            "topic": msg_topic,
+            "partition": partition,
+            "offset": offset,
+            "key": base64.b64encode(key).decode() if key is not None else None,
+            "value": base64.b64encode(value).decode() if value is not None else None,
+            "reason": reason,
+            "ts": time.time(),
+        }
+    )
 
 
 class StageRunner:
@@ -135,22 +164,28 @@ class StageRunner:
         Shared settings (encoding, guarantee, batch size, topic prefix, snapshots).
     kafka : dict
         librdkafka properties (bootstrap, security).
-    embedded : bool
+    embedded : bool or None
         True when the broker is the embedded one; ``guarantee: auto`` then means at-least-once.
+        None (default) asks the broker: the embedded broker reports the cluster id
+        ``perfsift-embedded`` (a bare Tansu broker ``tansu_cluster``).
     """
 
-    def __init__(self, stage: StageConfig, pipeline: PipelineConfig, kafka: dict[str, str],
-                 embedded: bool = False, group_id: str | None = None, instance: str | None = None) -> None:
+    def __init__(
+        self,
+        stage: StageConfig,
+        pipeline: PipelineConfig,
+        kafka: dict[str, str],
+        embedded: bool | None = None,
+        group_id: str | None = None,
+        instance: str | None = None,
+    ) -> None:
         self.stage = stage
         self.pipeline = pipeline
         self.kafka = kafka
         self.group_id = group_id or f"{pipeline.topic_prefix}perfsift.{stage.name}"
         self.instance = instance or uuid.uuid4().hex[:8]
-        guarantee = pipeline.guarantee
-        if guarantee == "auto":
-            guarantee = "at_least_once" if embedded else "exactly_once"
-        self.exactly_once = guarantee == "exactly_once"
-        self.guarantee = guarantee
+        self.embedded = embedded
+        self.guarantee = pipeline.guarantee  # "auto" is resolved when run() meets the broker
         self.stats = StageStats(stage.name)
         self.stop_event = threading.Event()
         self.ready = threading.Event()
@@ -171,8 +206,27 @@ class StageRunner:
         """Ask the loop to drain, commit and exit (safe from a signal handler or another thread)."""
         self.stop_event.set()
 
+    @property
+    def exactly_once(self) -> bool:
+        return self.guarantee == "exactly_once"
+
+    def resolve_guarantee(self) -> str:
+        """Turn ``auto`` into exactly_once on a real cluster and at_least_once on the embedded broker
+        (a transaction left open by a killed producer can stay open there and stall readers)."""
+        if self.guarantee == "auto":
+            embedded = self.embedded
+            if embedded is None:
+                from confluent_kafka.admin import AdminClient
+                from perfsift.streams.broker import EMBEDDED_CLUSTER_IDS
+
+                admin = AdminClient({**self.kafka, "logger": kafka_logger()})
+                embedded = admin.list_topics(timeout=15).cluster_id in EMBEDDED_CLUSTER_IDS
+            self.guarantee = "at_least_once" if embedded else "exactly_once"
+        return self.guarantee
+
     def run(self, idle_timeout_s: float | None = None) -> StageStats:
         """Consume until :meth:`stop` (or, if given, until no message came for ``idle_timeout_s``)."""
+        self.resolve_guarantee()
         isolation = "read_committed" if self.exactly_once else "read_uncommitted"
         self._consumer = Consumer(consumer_settings(self.kafka, self.group_id, isolation))
         txn_id = f"{self.group_id}.{self.instance}" if self.exactly_once else None
@@ -180,8 +234,9 @@ class StageRunner:
         if self.exactly_once:
             self._producer.init_transactions(30)
         try:
-            self._consumer.subscribe([self._in_topic], on_assign=self._on_assign, on_revoke=self._on_revoke,
-                                     on_lost=self._on_lost)
+            self._consumer.subscribe(
+                [self._in_topic], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
+            )
             last_msg = time.monotonic()
             while not self.stop_event.is_set():
                 msgs = self._consumer.consume(self.pipeline.batch_size, self.pipeline.batch_timeout_s)
@@ -239,7 +294,8 @@ class StageRunner:
                 if err.code() != KafkaError._PARTITION_EOF:
                     log.warning("consume error on %s: %s", self.stage.name, err)
                 continue
-            by_part.setdefault((m.topic(), m.partition()), []).append(m)
+            topic, partition, _ = _where(m)
+            by_part.setdefault((topic, partition), []).append(m)
         for tp, ms in by_part.items():
             part = self._parts.get(tp)
             if part is None:  # revoked between fetch and processing
@@ -273,7 +329,7 @@ class StageRunner:
                     self._dead_letter(ms[i], f"processing failed: {type(exc).__name__}: {exc}"[:1000])
             else:
                 self._emit(out)
-        part.next_offset = ms[-1].offset() + 1
+        part.next_offset = _where(ms[-1])[2] + 1
         part.dirty = True
 
     def _emit(self, out: Batch) -> None:
@@ -288,8 +344,7 @@ class StageRunner:
 
     def _dead_letter(self, msg: Message, reason: str) -> None:
         self.stats.dead_letters += 1
-        rec = dead_letter_record(self.stage.name, msg.topic(), msg.partition(), msg.offset(), msg.key(),
-                                 msg.value(), reason)
+        rec = dead_letter_record(self.stage.name, *_where(msg), msg.key(), msg.value(), reason)
         self._produce(self._dlq_topic, rec, msg.key())
 
     # -- commits and state -------------------------------------------------------------------------
@@ -307,8 +362,12 @@ class StageRunner:
             self._flush_outputs()
         if self.pipeline.snapshots:
             for (t, p), part in dirty:
-                self._produce(self._state_topic, self._snapshot_record(t, p, part), self._state_key(t, p),
-                              partition=self._state_partition(p))
+                self._produce(
+                    self._state_topic,
+                    self._snapshot_record(t, p, part),
+                    self._state_key(t, p),
+                    partition=self._state_partition(p),
+                )
         if self.exactly_once:
             if not self._in_txn:
                 self._producer.begin_transaction()
@@ -338,10 +397,16 @@ class StageRunner:
 
     def _snapshot_record(self, topic: str, partition: int, part: _Partition) -> bytes:
         snaps = [base64.b64encode(op.snapshot()).decode() for op in part.chain]
-        return orjson.dumps({
-            "stage": self.stage.name, "topic": topic, "partition": partition, "next_offset": part.next_offset,
-            "fingerprint": self._fingerprint, "operators": snaps,
-        })
+        return orjson.dumps(
+            {
+                "stage": self.stage.name,
+                "topic": topic,
+                "partition": partition,
+                "next_offset": part.next_offset,
+                "fingerprint": self._fingerprint,
+                "operators": snaps,
+            }
+        )
 
     def _update_lag(self) -> None:
         # Approximate: the embedded broker's high watermark can be short by the last batch.
@@ -365,15 +430,24 @@ class StageRunner:
             snap = snapshots.get(tp.partition)
             if snap is not None:
                 if snap["fingerprint"] != self._fingerprint:
-                    log.warning("stage %s: state of %s:%d was made by another configuration; starting fresh",
-                                self.stage.name, tp.topic, tp.partition)
+                    log.warning(
+                        "stage %s: state of %s:%d was made by another configuration; starting fresh",
+                        self.stage.name,
+                        tp.topic,
+                        tp.partition,
+                    )
                 else:
                     try:
                         for op, blob in zip(chain, snap["operators"], strict=True):
                             op.restore(base64.b64decode(blob))
                     except (SnapshotError, ValueError) as exc:
-                        log.warning("stage %s: cannot restore %s:%d (%s); starting fresh", self.stage.name,
-                                    tp.topic, tp.partition, exc)
+                        log.warning(
+                            "stage %s: cannot restore %s:%d (%s); starting fresh",
+                            self.stage.name,
+                            tp.topic,
+                            tp.partition,
+                            exc,
+                        )
                         for op in chain:
                             op.reset()
                     else:
@@ -401,16 +475,18 @@ class StageRunner:
         """
         wanted = {self._state_key(self._in_topic, p): p for p in partitions}
         state_parts = sorted({self._state_partition(p) for p in partitions})
-        marker_producer = Producer({**self.kafka, "logger": logging.getLogger("perfsift.kafka")})
+        marker_producer = Producer({**self.kafka, "logger": kafka_logger()})
         ends: dict[int, int] = {}
 
         def on_marker(err: KafkaError | None, msg: Message) -> None:
             if err is None:
-                ends[msg.partition()] = msg.offset()
+                _, partition, offset = _where(msg)
+                ends[partition] = offset
 
         for sp in state_parts:
-            marker_producer.produce(self._state_topic, b"{}", f"marker/{uuid.uuid4().hex}".encode(), partition=sp,
-                                    on_delivery=on_marker)
+            marker_producer.produce(
+                self._state_topic, b"{}", f"marker/{uuid.uuid4().hex}".encode(), partition=sp, on_delivery=on_marker
+            )
         marker_producer.flush(30)
         if len(ends) != len(state_parts):
             raise StageError(f"stage {self.stage.name}: cannot write to the state topic {self._state_topic}")
@@ -425,11 +501,12 @@ class StageRunner:
                 for m in reader.consume(1000, 0.5):
                     if m.error() is not None:
                         continue
+                    _, sp, offset = _where(m)
                     p = wanted.get(m.key() or b"")
                     if p is not None:
-                        found[p] = orjson.loads(m.value())
-                    if m.offset() >= pending.get(m.partition(), 1 << 62):
-                        pending.pop(m.partition(), None)
+                        found[p] = orjson.loads(m.value() or b"null")
+                    if offset >= pending.get(sp, 1 << 62):
+                        pending.pop(sp, None)
             if pending:
                 raise StageError(f"stage {self.stage.name}: timed out reading the state topic {self._state_topic}")
         finally:
@@ -443,8 +520,9 @@ def _run_chain(chain: list[Operator], batch: Batch) -> Batch:
     return batch
 
 
-def run_in_thread(runner: StageRunner, idle_timeout_s: float | None = None,
-                  on_error: Callable[[BaseException], None] | None = None) -> threading.Thread:
+def run_in_thread(
+    runner: StageRunner, idle_timeout_s: float | None = None, on_error: Callable[[BaseException], None] | None = None
+) -> threading.Thread:
     """Start ``runner.run`` in a daemon thread; exceptions go to ``on_error`` (default: logged)."""
 
     def target() -> None:

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
+from perfsift.streams.logs import kafka_logger
+
+if TYPE_CHECKING:
+    from perfsift.streams.config import PipelineConfig
 
 
 @dataclass(frozen=True)
@@ -56,8 +61,12 @@ def ensure_topics(
     existing = set(admin.list_topics(timeout=timeout).topics)
     compact = set(compacted)
     new = [
-        NewTopic(n, num_partitions=partitions, replication_factor=replication,
-                 config=topic_configs(n in compact, retention_ms))
+        NewTopic(
+            n,
+            num_partitions=partitions,
+            replication_factor=replication,
+            config=topic_configs(n in compact, retention_ms),
+        )
         for n in dict.fromkeys(names)
         if n not in existing
     ]
@@ -72,3 +81,19 @@ def ensure_topics(
             if "TOPIC_ALREADY_EXISTS" not in str(exc):  # a concurrent creator won the race
                 raise
     return created
+
+
+def pipeline_topics(cfg: PipelineConfig) -> tuple[list[str], list[str]]:
+    """All topic names of a pipeline (with prefix) and the compacted ones among them."""
+    names = [cfg.topic(t) for t in TOPICS]
+    for st in cfg.stages.values():
+        names += [cfg.topic(st.input), *(cfg.topic(o) for o in st.outputs)]
+    compacted = [cfg.topic(t.name) for t in TOPICS.values() if t.compacted]
+    return list(dict.fromkeys(names)), compacted
+
+
+def create_pipeline_topics(cfg: PipelineConfig, props: dict[str, str]) -> list[str]:
+    """Create every topic of the pipeline that does not exist yet; return the names created."""
+    names, compacted = pipeline_topics(cfg)
+    admin = AdminClient({**props, "logger": kafka_logger()})
+    return ensure_topics(admin, names, cfg.partitions, cfg.replication, cfg.retention_ms, compacted)

@@ -1,0 +1,61 @@
+"""Shared fixtures: the real embedded Kafka-protocol broker and helpers to read topics."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import orjson
+import pytest
+from perfsift.streams.broker import EmbeddedBroker
+from perfsift.streams.logs import kafka_logger
+
+
+@pytest.fixture(scope="session")
+def broker() -> Iterator[EmbeddedBroker]:
+    """One Tansu broker on 127.0.0.1 for the whole session (tests use unique topic prefixes)."""
+    with EmbeddedBroker() as b:
+        yield b
+
+
+@pytest.fixture()
+def kafka(broker: EmbeddedBroker) -> dict[str, str]:
+    return {"bootstrap.servers": broker.bootstrap}
+
+
+@pytest.fixture()
+def prefix() -> str:
+    """A topic prefix of its own for each test, so tests never see each other's records."""
+    return f"t{uuid.uuid4().hex[:8]}."
+
+
+def read_topic(
+    props: dict[str, str], topic: str, until: Callable[[list[Any]], bool], timeout: float = 60.0, decode: bool = True
+) -> list[Any]:
+    """Read ``topic`` from the beginning (all partitions) until ``until(records)`` or timeout."""
+    from confluent_kafka import Consumer
+
+    c = Consumer(
+        {
+            **props,
+            "group.id": f"reader-{uuid.uuid4().hex}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "session.timeout.ms": 6000,
+            "heartbeat.interval.ms": 500,
+            "logger": kafka_logger(),
+        }
+    )
+    c.subscribe([topic])
+    records: list[Any] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline and not until(records):
+            for m in c.consume(5000, 0.2):
+                if m.error() is None:
+                    records.append(orjson.loads(m.value()) if decode else m)
+    finally:
+        c.close()
+    return records

@@ -1,0 +1,104 @@
+"""One conformance suite for every operator usable in a pipeline (river.checks-style)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from perfsift.operators import Batch, Operator
+from perfsift.operators.base import SnapshotError
+from perfsift.streams.config import OPERATORS
+
+EXAMPLES: dict[str, Operator] = {name: cls() for name, cls in OPERATORS.items()}
+
+
+def stream(k: int = 2000, seed: int = 0) -> Batch:
+    rng = np.random.default_rng(seed)
+    vals = rng.normal(50, 5, size=(k, 4))
+    vals[rng.random((k, 4)) < 0.05] = np.nan
+    nodes = [f"n{i}" for i in rng.integers(0, 9, k)]
+    jobs = [f"j{i}" for i in rng.integers(0, 2, k)]
+    return Batch.from_columns(
+        ts=np.arange(k, dtype=float),
+        nodes=nodes,
+        metrics=["a", "b", "c", "d"],
+        values=vals,
+        jobs=jobs,
+        seq=np.arange(k),
+    )
+
+
+def outputs_equal(x: Batch, y: Batch) -> bool:
+    return (
+        x.metrics == y.metrics
+        and np.array_equal(x.values, y.values, equal_nan=True)
+        and all(np.array_equal(x.extra[k], y.extra[k], equal_nan=x.extra[k].dtype.kind == "f") for k in x.extra)
+    )
+
+
+@pytest.fixture(params=sorted(EXAMPLES))
+def op(request: pytest.FixtureRequest) -> Operator:
+    return EXAMPLES[request.param].clone()
+
+
+def test_split_batches_equal_one_batch(op: Operator) -> None:
+    b = stream()
+    whole = op.clone().update(b)
+    pieces = [op.update(b.take(np.arange(s, min(s + 137, len(b))))) for s in range(0, len(b), 137)]
+    assert outputs_equal(Batch.concat(pieces), whole)
+
+
+def test_snapshot_restore_gives_identical_outputs(op: Operator) -> None:
+    b = stream()
+    first, rest = b.take(np.arange(1200)), b.take(np.arange(1200, len(b)))
+    op.update(first)
+    restored = op.clone()
+    restored.restore(op.snapshot())
+    assert outputs_equal(restored.update(rest), op.update(rest))
+
+
+def test_snapshot_of_another_configuration_is_refused(op: Operator) -> None:
+    op.update(stream(50))
+    other = type(op)(**{k: (v * 2 if isinstance(v, int | float) else v) for k, v in op.get_params().items()})
+    with pytest.raises(SnapshotError):
+        other.restore(op.snapshot())
+
+
+def test_input_is_not_mutated(op: Operator) -> None:
+    b = stream(300)
+    before = b.values.copy()
+    op.update(b)
+    assert np.array_equal(b.values, before, equal_nan=True)
+
+
+def test_key_order_within_a_batch_does_not_matter(op: Operator) -> None:
+    """Interleaving of different keys changes nothing; only each key's own order counts."""
+    b = stream(600)
+    out = op.clone().update(b)
+    keys = b.job_idx * 100 + b.node_idx
+    perm = np.argsort(keys, kind="stable")  # all rows of one key together, order within kept
+    shuffled = op.clone().update(b.take(perm))
+    assert np.array_equal(shuffled.values, out.values[perm], equal_nan=True)
+
+
+def test_state_stays_bounded_on_a_long_stream(op: Operator) -> None:
+    op.update(stream(1000, seed=1))
+    size = len(op.snapshot())
+    for seed in range(2, 12):
+        op.update(stream(1000, seed=seed))
+    assert len(op.snapshot()) <= size * 1.1
+
+
+def test_metrics_that_disappear_and_new_nodes(op: Operator) -> None:
+    op.update(stream(200))
+    late = Batch.from_columns(
+        ts=[1e4, 1e4 + 1], nodes=["new1", "n1"], metrics=["d", "zz"], values=[[1.0, np.nan], [np.nan, 3.0]]
+    )
+    out = op.update(late)
+    assert out.metrics == ("d", "zz") and len(out) == 2
+    assert out.values[0, 0] == 1.0  # a new node's first value is its own
+    assert not np.isnan(out.values[1, 1])
+
+
+def test_repr_and_clone_round_trip(op: Operator) -> None:
+    assert repr(op.clone()) == repr(op)
+    assert op.clone().get_params() == op.get_params()
