@@ -307,36 +307,48 @@ def decode_samples(
 
 
 def encode_batch(batch: Batch, codec: str = "json", schema: str = "sample") -> list[bytes]:
-    """One encoded record per batch row (see :func:`batch_to_samples`)."""
-    if codec == "json":
-        dumps = orjson.dumps
-        names, nodes, jobs = batch.metrics, batch.nodes, batch.jobs
-        extras = [(k, v.tolist()) for k, v in batch.extra.items() if v.ndim == 1]
-        out = []
-        # NaN serialises as null in orjson, so the value rows go in untouched.
-        for i, (t, ni, ji, s, row) in enumerate(
-            zip(
-                batch.ts.tolist(),
-                batch.node_idx.tolist(),
-                batch.job_idx.tolist(),
-                batch.seq.tolist(),
-                batch.values.tolist(),
-                strict=True,
-            )
-        ):
-            rec = {
-                "ts": t,
-                "node": nodes[ni],
-                "job": jobs[ji],
-                "seq": s,
-                "metrics": dict(zip(names, row, strict=False)),
-            }
-            for k, col in extras:
-                rec[k] = col[i]
-            out.append(dumps(rec))
-        return out
-    c = codec_for(codec, schema)
-    return [c.encode(r) for r in batch_to_samples(batch)]
+    """One encoded record per batch row (see :func:`batch_to_samples`).
+
+    JSON is built column-wise: orjson serialises each numpy column or matrix in one call (NaN and
+    infinities as null), and a per-batch template joins the pieces, so no per-row dict is made.
+
+    >>> b = samples_to_batch([{"ts": 1.5, "node": "a", "seq": 3, "metrics": {"x": None, "y": 2.0}}])
+    >>> encode_batch(b)[0]
+    b'{"ts":1.5,"node":"a","job":"default","seq":3,"metrics":{"x":null,"y":2.0}}'
+    """
+    if codec != "json":
+        c = codec_for(codec, schema)
+        return [c.encode(r) for r in batch_to_samples(batch)]
+    k = len(batch)
+    if k == 0:
+        return []
+
+    def cells(arr: np.ndarray) -> list[bytes]:
+        text = orjson.dumps(np.ascontiguousarray(arr), option=orjson.OPT_SERIALIZE_NUMPY)
+        return text[1:-1].split(b",")
+
+    def esc(b: bytes) -> bytes:  # literal parts of a %-template
+        return b.replace(b"%", b"%%")
+
+    metric_part = b",".join(esc(orjson.dumps(m)) + b":%s" for m in batch.metrics)
+    extras = [(name, col) for name, col in batch.extra.items() if col.ndim == 1]
+    extra_part = b"".join(b"," + esc(orjson.dumps(name)) + b":%s" for name, _ in extras)
+    template = b'{"ts":%s,"node":%s,"job":%s,"seq":%d,"metrics":{' + metric_part + b"}" + extra_part + b"}"
+    ts = cells(batch.ts)
+    node_json = [orjson.dumps(n) for n in batch.nodes]
+    job_json = [orjson.dumps(j) for j in batch.jobs]
+    nodes = [node_json[i] for i in batch.node_idx.tolist()]
+    jobs = [job_json[i] for i in batch.job_idx.tolist()]
+    seq = batch.seq.tolist()
+    extra_cols = [cells(col) for _, col in extras]
+    if batch.values.shape[1]:
+        body = orjson.dumps(np.ascontiguousarray(batch.values, dtype=np.float64), option=orjson.OPT_SERIALIZE_NUMPY)
+        rows = [r.split(b",") for r in body[2:-2].split(b"],[")]
+    else:
+        rows = [[] for _ in range(k)]
+    if extra_cols:
+        return [template % (ts[i], nodes[i], jobs[i], seq[i], *rows[i], *(c[i] for c in extra_cols)) for i in range(k)]
+    return [template % (ts[i], nodes[i], jobs[i], seq[i], *rows[i]) for i in range(k)]
 
 
 # -- codecs for single records -----------------------------------------------------------------------

@@ -70,6 +70,8 @@ class StageStats:
     busy_s: float = 0.0
     started: float = field(default_factory=time.monotonic)
     last_batch_ms: float = 0.0
+    #: monotonic time of the first fetched batch (None before), for throughput figures
+    first_batch_at: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -287,6 +289,8 @@ class StageRunner:
 
     def _process(self, msgs: list[Message]) -> None:
         t0 = time.perf_counter()
+        if self.stats.first_batch_at is None:
+            self.stats.first_batch_at = time.monotonic()
         by_part: dict[tuple[str, int], list[Message]] = {}
         for m in msgs:
             err = m.error()
@@ -349,7 +353,8 @@ class StageRunner:
 
     # -- commits and state -------------------------------------------------------------------------
     def _state_key(self, topic: str, partition: int) -> bytes:
-        return f"{self.stage.name}/{topic}/{partition}".encode()
+        # the consumer group owns the state, as it owns the offsets: another group starts afresh
+        return f"{self.group_id}/{topic}/{partition}".encode()
 
     def _commit(self) -> None:
         self._last_commit = time.monotonic()

@@ -1,0 +1,63 @@
+"""The perfsift command line, end to end, as a user runs it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.e2e
+
+
+def perfsift(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "perfsift", *args], capture_output=True, text=True, timeout=timeout)
+
+
+def test_run_on_the_embedded_default_processes_every_demo_sample(tmp_path: Path) -> None:
+    summary = tmp_path / "summary.json"
+    r = perfsift("run", "--summary-json", str(summary))
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "every sample processed" in r.stdout
+    s = json.loads(summary.read_text())
+    assert s["published"] == 9600 and s["rejected_lines"] == 0
+    assert s["guarantee"] == "at_least_once"  # embedded broker
+    (smooth,) = s["stages"]
+    assert smooth["records_in"] == smooth["records_out"] == 9600 and smooth["dead_letters"] == 0
+
+
+def test_run_replays_a_given_trace_and_counts_bad_lines(tmp_path: Path) -> None:
+    trace = tmp_path / "t.jsonl"
+    lines = [json.dumps({"ts": 1.0 + i, "node": f"n{i % 3}", "metrics": {"x": float(i)}}) for i in range(50)]
+    lines.insert(10, "{broken")
+    trace.write_text("\n".join(lines) + "\n")
+    summary = tmp_path / "s.json"
+    r = perfsift("run", "--trace", str(trace), "--summary-json", str(summary))
+    assert r.returncode == 0, r.stderr[-3000:]
+    s = json.loads(summary.read_text())
+    assert s["published"] == 50 and s["rejected_lines"] == 1
+    assert s["stages"][0]["records_out"] == 50
+
+
+def test_help_lists_the_commands() -> None:
+    r = perfsift("--help")
+    assert r.returncode == 0
+    for cmd in ("run", "broker", "worker", "produce", "tail"):
+        assert cmd in r.stdout
+
+
+def test_bad_pipeline_file_is_named_in_the_error(tmp_path: Path) -> None:
+    cfg = tmp_path / "p.yaml"
+    cfg.write_text("stages:\n  s:\n    input: perf.raw\n    outputs: [x]\n    operators:\n      - type: nope\n")
+    r = perfsift("worker", "s", "--config", str(cfg), "--bootstrap", "127.0.0.1:1")
+    assert r.returncode == 2
+    assert f"{cfg}: stages.s.operators[0]: unknown operator 'nope'" in r.stderr.replace("\n", "")
+
+
+def test_unknown_stage_and_missing_bootstrap_are_clear() -> None:
+    r = perfsift("worker", "nosuch", "--bootstrap", "127.0.0.1:1")
+    assert r.returncode == 2 and "no stage 'nosuch'" in r.stderr
+    r = perfsift("produce", __file__, "--topic", "perf.raw")
+    assert r.returncode == 2 and "needs --bootstrap" in r.stderr
