@@ -1,0 +1,435 @@
+"""Performance contracts with fuzzy violation levels (METHODS.md §4; Vraalsen, Aydt, Mendes, Reed).
+
+A contract has named metric *spaces*; each dimension is a metric (``instructions_per_s``) or a
+ratio of two (``instructions/flops``). From a baseline run, :func:`derive_contract` maps every
+sample into each space (``log10``, floored at 1e-300), groups the points into equivalence classes
+by leader clustering with one maximum distance D, and gives each class a tolerance per dimension
+``τ = max(k_σ·σ, D/√m)``. :class:`ContractMonitor` then measures each new sample's distance to
+the nearest class in tolerance units (Chebyshev by default), turns it into a violation level in
+[0, 1] with the fuzzy rulebase, smooths it per node and raises or clears a violation with
+persistence and hysteresis (§4.6).
+
+Capabilities: a dimension may name a capability unit (``instructions_per_s@flops``). Its values
+are then divided by the node's capability in that unit (FLOP/s, bytes/s) before anything else,
+which is the projection ``ê^B = e^A · κ^B/κ^A`` of §4.1 written on both sides: a node half as
+fast is expected to run at half the rate.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from perfsift.operators._keyed import KeyedColumns, group_rows, grow
+from perfsift.operators.base import Operator
+from perfsift.operators.batch import Batch
+from perfsift.operators.fuzzy import DEFAULT_RULEBASE, Rulebase, RulebaseError
+
+STATES = ("ok", "violated", "unknown")
+LOG_FLOOR = 1e-300
+
+
+class ContractError(ValueError):
+    """A contract file or space definition that cannot be used; the message names the problem."""
+
+
+@dataclass(frozen=True)
+class Dimension:
+    """``num``, ``num/den`` or either followed by ``@unit`` (a capability unit)."""
+
+    expr: str
+    num: str
+    den: str | None
+    unit: str | None
+
+    @classmethod
+    def parse(cls, expr: str) -> Dimension:
+        text = expr.strip()
+        body, _, unit = text.partition("@")
+        num, _, den = body.partition("/")
+        if not num.strip() or (("/" in body) and not den.strip()) or ("@" in text and not unit.strip()):
+            raise ContractError(f"bad dimension {expr!r}: use METRIC, METRIC/METRIC, optionally @UNIT")
+        return cls(text, num.strip(), den.strip() or None, unit.strip() or None)
+
+    def values(self, batch: Batch, capability: np.ndarray | None) -> np.ndarray:
+        """The dimension's raw value per row (NaN when a metric is missing)."""
+        ix = {m: i for i, m in enumerate(batch.metrics)}
+        nan = np.full(len(batch), np.nan)
+        v = batch.values[:, ix[self.num]] if self.num in ix else nan
+        if self.den is not None:
+            d = batch.values[:, ix[self.den]] if self.den in ix else nan
+            with np.errstate(divide="ignore", invalid="ignore"):
+                v = v / d
+        if capability is not None:
+            v = v / capability
+        return v
+
+
+def parse_space(spec: str) -> tuple[str, list[Dimension]]:
+    """``NAME=DIM[,DIM...]`` as on the command line."""
+    name, sep, dims = spec.partition("=")
+    if not sep or not name.strip() or not dims.strip():
+        raise ContractError(f"bad space {spec!r}: use NAME=DIM[,DIM...]")
+    return name.strip(), [Dimension.parse(d) for d in dims.split(",")]
+
+
+def _phi(v: np.ndarray) -> np.ndarray:
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = np.log10(np.maximum(v, LOG_FLOOR))
+    out[~np.isfinite(v) | (v < 0)] = np.nan  # a negative rate or ratio has no place in log space
+    return out
+
+
+def capability_column(
+    batch: Batch, unit: str | None, capabilities: Mapping[str, Mapping[str, float]]
+) -> np.ndarray | None:
+    """Per-row capability of each row's node in ``unit`` (1 where the node has none)."""
+    if unit is None or not capabilities:
+        return None
+    per_node = np.array([float(capabilities.get(n, {}).get(unit, 1.0)) for n in batch.nodes] or [1.0])
+    return per_node[batch.node_idx]
+
+
+def space_points(
+    batch: Batch, dims: Sequence[Dimension], capabilities: Mapping[str, Mapping[str, float]]
+) -> np.ndarray:
+    """φ-mapped points [rows, dims] of a batch in one space (NaN where unknown)."""
+    cols = [_phi(d.values(batch, capability_column(batch, d.unit, capabilities))) for d in dims]
+    return np.stack(cols, axis=1) if cols else np.empty((len(batch), 0))
+
+
+def leader_clusters(points: np.ndarray, max_distance: float, refine: int = 1) -> np.ndarray:
+    """Leader clustering (§4.2): cluster index of every point, in order; ``refine`` reassignment passes.
+
+    >>> leader_clusters(np.array([[0], [0.05], [1], [1.04], [0.02]]), 0.1).tolist()
+    [0, 0, 1, 1, 0]
+    """
+    centroids: list[np.ndarray] = []
+    counts: list[int] = []
+    labels = np.empty(len(points), dtype=np.int64)
+    for i, u in enumerate(points):
+        if centroids:
+            dist = np.linalg.norm(np.asarray(centroids) - u, axis=1)
+            c = int(np.argmin(dist))
+            if dist[c] <= max_distance:
+                counts[c] += 1
+                centroids[c] = centroids[c] + (u - centroids[c]) / counts[c]
+                labels[i] = c
+                continue
+        centroids.append(u.astype(np.float64).copy())
+        counts.append(1)
+        labels[i] = len(centroids) - 1
+    for _ in range(refine):
+        cent = np.asarray(centroids)
+        labels = np.argmin(np.linalg.norm(points[:, None, :] - cent[None, :, :], axis=2), axis=1)
+        used = np.unique(labels)
+        centroids = [points[labels == c].mean(axis=0) for c in used]
+        labels = np.searchsorted(used, labels)
+    return labels
+
+
+def derive_contract(
+    baseline: Batch,
+    spaces: Mapping[str, Sequence[str]],
+    max_distance: float = 0.1,
+    k_sigma: float = 2.0,
+    refine: int = 1,
+    min_size: int = 1,
+    rulebase: str = DEFAULT_RULEBASE,
+    capabilities: Mapping[str, Mapping[str, float]] | None = None,
+) -> dict[str, Any]:
+    """A contract (JSON-able dict) from a baseline run; see the module docstring."""
+    try:
+        Rulebase.parse(rulebase)
+    except RulebaseError as exc:
+        raise ContractError(f"rulebase: {exc}") from None
+    caps = dict(capabilities or {})
+    out_spaces = []
+    for name, exprs in spaces.items():
+        dims = [Dimension.parse(e) for e in exprs]
+        pts = space_points(baseline, dims, caps)
+        pts = pts[~np.isnan(pts).any(axis=1)]
+        if len(pts) == 0:
+            missing = [d.expr for d in dims]
+            raise ContractError(f"space {name!r}: no baseline sample has every dimension {missing}")
+        labels = leader_clusters(pts, max_distance, refine)
+        floor = max_distance / np.sqrt(len(dims))
+        classes = []
+        for c in np.unique(labels):
+            members = pts[labels == c]
+            if len(members) < min_size:
+                continue
+            sd = members.std(axis=0)  # population
+            classes.append(
+                {
+                    "centroid": members.mean(axis=0).tolist(),
+                    "tolerance": np.maximum(k_sigma * sd, floor).tolist(),
+                    "size": len(members),
+                }
+            )
+        out_spaces.append({"name": name, "dims": [d.expr for d in dims], "classes": classes})
+    return {
+        "version": 1,
+        "max_distance": max_distance,
+        "k_sigma": k_sigma,
+        "phi": "log10",
+        "spaces": out_spaces,
+        "rulebase": rulebase,
+        "capabilities": caps,
+    }
+
+
+def load_contract(path: str | Path) -> dict[str, Any]:
+    """Read and check a contract file; errors name the file and the problem."""
+    p = Path(path)
+    try:
+        doc = json.loads(p.read_text())
+    except OSError as exc:
+        raise ContractError(f"{p}: cannot read: {exc.strerror}") from None
+    except json.JSONDecodeError as exc:
+        raise ContractError(f"{p}:{exc.lineno}:{exc.colno}: not valid JSON: {exc.msg}") from None
+    check_contract(doc, str(p))
+    return doc
+
+
+def check_contract(doc: Any, source: str = "<contract>") -> None:
+    if not isinstance(doc, dict) or not isinstance(doc.get("spaces"), list) or not doc["spaces"]:
+        raise ContractError(f"{source}: a contract is an object with a non-empty 'spaces' list")
+    for i, sp in enumerate(doc["spaces"]):
+        where = f"{source}: spaces[{i}]"
+        if not isinstance(sp, dict) or not isinstance(sp.get("dims"), list) or not sp["dims"]:
+            raise ContractError(f"{where}: needs 'name', 'dims' (non-empty list) and 'classes'")
+        for d in sp["dims"]:
+            Dimension.parse(str(d))
+        m = len(sp["dims"])
+        classes = sp.get("classes")
+        if not isinstance(classes, list) or not classes:
+            raise ContractError(f"{where}: has no classes (a contract needs at least one)")
+        for j, c in enumerate(classes):
+            cent, tol = c.get("centroid"), c.get("tolerance")
+            if not (isinstance(cent, list) and isinstance(tol, list) and len(cent) == len(tol) == m):
+                raise ContractError(f"{where}.classes[{j}]: centroid and tolerance need {m} numbers each")
+            if any((not isinstance(t, int | float)) or t <= 0 for t in tol):
+                raise ContractError(f"{where}.classes[{j}]: tolerances must be positive numbers")
+    try:
+        Rulebase.parse(doc.get("rulebase", DEFAULT_RULEBASE), f"{source}: rulebase")
+    except RulebaseError as exc:
+        raise ContractError(str(exc)) from None
+
+
+class ContractMonitor(Operator):
+    """Evaluate samples against a contract, per (job, node).
+
+    Output: a batch with the same rows whose values are the per-dimension violation levels (columns
+    named ``space:dim``), with extra columns ``violation`` (overall level, NaN = unknown), ``smoothed``
+    (EWMA), ``state`` (index into :data:`STATES`), ``driver`` (column of the dimension driving the
+    level, -1 if unknown) and ``distance`` (per-dimension distances in tolerance units). The
+    application level (share of a job's nodes in violation) is :func:`job_summary`'s business.
+
+    Parameters
+    ----------
+    contract : dict or str
+        A contract (see :func:`derive_contract`) or the path of a contract JSON file.
+    metric : str
+        ``"chebyshev"`` (nearest class by the largest deviation) or ``"euclid"``.
+    combine : str
+        ``"max"`` or ``"mean"`` of the dimensions' levels.
+    theta_on, theta_off, k_persist : float, float, int
+        Raise when the smoothed level is >= theta_on for k_persist rows; clear below theta_off.
+    """
+
+    def __init__(
+        self,
+        contract: dict[str, Any] | str | None = None,
+        metric: str = "chebyshev",
+        combine: str = "max",
+        theta_on: float = 0.5,
+        theta_off: float = 0.3,
+        k_persist: int = 2,
+    ) -> None:
+        self.contract = contract
+        self.metric = metric
+        self.combine = combine
+        self.theta_on = theta_on
+        self.theta_off = theta_off
+        self.k_persist = k_persist
+
+    def reset(self) -> None:
+        doc = self.contract
+        if doc is None:
+            raise ContractError("ContractMonitor needs a contract (a dict or a contract file path)")
+        if isinstance(doc, str | Path):
+            doc = load_contract(doc)
+        else:
+            check_contract(doc)
+        if self.metric not in ("chebyshev", "euclid") or self.combine not in ("max", "mean"):
+            raise ValueError("metric must be chebyshev|euclid and combine max|mean")
+        self.doc_ = doc
+        self.spaces_ = [
+            (
+                sp["name"],
+                [Dimension.parse(d) for d in sp["dims"]],
+                np.array([c["centroid"] for c in sp["classes"]], dtype=np.float64),
+                np.array([c["tolerance"] for c in sp["classes"]], dtype=np.float64),
+            )
+            for sp in doc["spaces"]
+        ]
+        self.dim_names_ = [f"{name}:{d.expr}" for name, dims, _, _ in self.spaces_ for d in dims]
+        rb = Rulebase.parse(doc.get("rulebase", DEFAULT_RULEBASE), "contract rulebase")
+        self.lut_x_, self.lut_y_ = rb.table()
+        self.caps_ = doc.get("capabilities") or {}
+        self.cols_ = KeyedColumns()
+        self.ewma_ = np.full(0, np.nan)
+        self.run_ = np.zeros(0, dtype=np.int64)  # consecutive rows at or above theta_on
+        self.state_ = np.zeros(0, dtype=np.int64)  # 0 ok, 1 violated
+
+    def levels(self, distance: np.ndarray) -> np.ndarray:
+        """Violation level of distances (fuzzy rulebase via its exact lookup table)."""
+        out = np.interp(distance, self.lut_x_, self.lut_y_)
+        out[np.isnan(distance)] = np.nan
+        return out
+
+    def update(self, batch: Batch) -> Batch:
+        if not hasattr(self, "doc_"):
+            self.reset()
+        k = len(batch)
+        dist_cols, level_cols = [], []
+        for _, dims, cent, tol in self.spaces_:
+            pts = space_points(batch, dims, self.caps_)
+            delta = np.abs(pts[:, None, :] - cent[None, :, :]) / tol[None, :, :]  # [k, C, m]
+            score = delta.max(axis=2) if self.metric == "chebyshev" else np.sqrt((delta**2).mean(axis=2))
+            best = np.argmin(np.where(np.isnan(score), np.inf, score), axis=1)
+            d = delta[np.arange(k), best]  # [k, m]; NaN rows stay NaN
+            dist_cols.append(d)
+            level_cols.append(self.levels(d))
+        dist = np.concatenate(dist_cols, axis=1) if dist_cols else np.empty((k, 0))
+        lev = np.concatenate(level_cols, axis=1) if level_cols else np.empty((k, 0))
+        unknown = np.isnan(lev).any(axis=1)
+        safe = np.where(np.isnan(lev), -np.inf, lev)
+        driver = np.where(unknown, -1, np.argmax(safe, axis=1)) if lev.shape[1] else np.full(k, -1)
+        with np.errstate(all="ignore"):
+            violation = lev.max(axis=1) if self.combine == "max" else lev.mean(axis=1)
+        violation[unknown] = np.nan
+
+        smoothed = np.full(k, np.nan)
+        state = np.full(k, 2, dtype=np.int64)
+        if k:
+            keys = self.cols_.row_keys(batch)
+            nk = len(self.cols_.keys)
+            self.ewma_ = grow(self.ewma_, 0, nk, np.nan)
+            self.run_ = grow(self.run_, 0, nk, 0)
+            self.state_ = grow(self.state_, 0, nk, 0)
+            order, _, _, rank = group_rows(keys)
+            for r in range(int(rank.max()) + 1):
+                rows = order[rank == r]
+                kk = keys[rows]
+                v = violation[rows]
+                ok = ~np.isnan(v)
+                prev = self.ewma_[kk]
+                new = np.where(np.isnan(prev), v, 0.5 * prev + 0.5 * v)
+                new = np.where(ok, new, prev)
+                self.ewma_[kk] = new
+                run = np.where(ok, np.where(new >= self.theta_on, self.run_[kk] + 1, 0), self.run_[kk])
+                self.run_[kk] = run
+                st = self.state_[kk]
+                st = np.where(ok & (run >= self.k_persist), 1, st)
+                st = np.where(ok & (new < self.theta_off), 0, st)
+                self.state_[kk] = st
+                smoothed[rows] = new
+                state[rows] = np.where(ok, st, 2)
+        return Batch(
+            ts=batch.ts,
+            node_idx=batch.node_idx,
+            values=lev,
+            metrics=tuple(self.dim_names_),
+            nodes=batch.nodes,
+            job_idx=batch.job_idx,
+            jobs=batch.jobs,
+            seq=batch.seq,
+            extra={"violation": violation, "smoothed": smoothed, "state": state, "driver": driver, "distance": dist},
+        )
+
+    def _state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        nk = len(self.cols_.keys)
+        return {"keys": self.cols_.keys}, {"ewma": self.ewma_[:nk], "run": self.run_[:nk], "state": self.state_[:nk]}
+
+    def _load_state(self, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
+        for job, node in meta["keys"]:
+            self.cols_.key_ix[(job, node)] = len(self.cols_.keys)
+            self.cols_.keys.append((job, node))
+        self.ewma_ = arrays["ewma"].astype(np.float64).copy()
+        self.run_ = arrays["run"].astype(np.int64).copy()
+        self.state_ = arrays["state"].astype(np.int64).copy()
+
+
+def contract_records(out: Batch) -> list[dict[str, Any]]:
+    """perf.contract records (schemas/contract.avsc) of a :class:`ContractMonitor` output batch."""
+    names = out.metrics
+    spaces: dict[str, list[int]] = {}
+    for j, n in enumerate(names):
+        spaces.setdefault(n.split(":", 1)[0], []).append(j)
+    lev, dist = out.values, out.extra["distance"]
+    recs = []
+    nodes, jobs = out.node_names(), out.job_names()
+    for i in range(len(out)):
+        v = float(out.extra["violation"][i])
+        sp = {}
+        for name, cols in spaces.items():
+            lv = lev[i, cols]
+            dv = dist[i, cols]
+            known = not np.isnan(lv).any()
+            sp[name] = {
+                "violation": float(lv.max()) if known else None,
+                "distance": float(dv.max()) if known else None,
+                "dims": {names[j].split(":", 1)[1]: (None if np.isnan(lev[i, j]) else float(lev[i, j])) for j in cols},
+            }
+        drv = int(out.extra["driver"][i])
+        sm = float(out.extra["smoothed"][i])
+        recs.append(
+            {
+                "ts": float(out.ts[i]),
+                "node": nodes[i],
+                "job": jobs[i],
+                "violation": None if np.isnan(v) else v,
+                "smoothed": None if np.isnan(sm) else sm,
+                "state": STATES[int(out.extra["state"][i])],
+                "driver": names[drv] if drv >= 0 else None,
+                "spaces": sp,
+            }
+        )
+    return recs
+
+
+def job_summary(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Per node: rows, rows violated, mean and max level; per job: the largest share of its nodes in
+    violation at one time stamp (the application level of §4.6)."""
+    nodes: dict[str, dict[str, Any]] = {}
+    by_ts: dict[tuple[str, float], list[str]] = {}
+    for r in records:
+        n = nodes.setdefault(r["node"], {"job": r["job"], "rows": 0, "violated": 0, "unknown": 0, "levels": []})
+        n["rows"] += 1
+        n["violated"] += r["state"] == "violated"
+        n["unknown"] += r["state"] == "unknown"
+        if r["violation"] is not None:
+            n["levels"].append(r["violation"])
+        by_ts.setdefault((r["job"], r["ts"]), []).append(r["state"])
+    per_node = {
+        k: {
+            "job": v["job"],
+            "rows": v["rows"],
+            "violated": v["violated"],
+            "unknown": v["unknown"],
+            "mean_level": float(np.mean(v["levels"])) if v["levels"] else None,
+            "max_level": float(np.max(v["levels"])) if v["levels"] else None,
+        }
+        for k, v in sorted(nodes.items())
+    }
+    per_job: dict[str, float] = {}
+    for (job, _), states in by_ts.items():
+        share = sum(s == "violated" for s in states) / len(states)
+        per_job[job] = max(per_job.get(job, 0.0), share)
+    return {"nodes": per_node, "max_share_violated": per_job}

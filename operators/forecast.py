@@ -1,0 +1,382 @@
+"""NWS-style adaptive forecasting with stochastic bounds (METHODS.md §5), vectorised across series.
+
+Every (job, node, metric) is a series. On each new value the bank
+
+1. scores the pending forecast of each of the 18 primary forecasters (§5.1) and of each of the 16
+   selectors (§5.2), then
+2. updates the primaries, lets every selector pick the primary with the lowest (cumulative or
+   windowed) MSE or MAE, and
+3. reports the *MSE forecast* - the output of the selector with the lowest cumulative squared
+   error - with the stochastic bounds ``forecast ± 2·sqrt(MSE)`` (§5.3), MSE being the realised
+   mean squared error of those final forecasts so far.
+
+All series that receive a value at the same step are updated in one set of numpy operations.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from perfsift.operators._keyed import KeyedColumns, group_rows, grow
+from perfsift.operators.base import Operator
+from perfsift.operators.batch import Batch
+
+GAINS = (0.05, 0.10, 0.15, 0.20, 0.30, 0.40, 0.50, 0.75)
+PRIMARIES = (
+    "last_value",
+    "running_mean",
+    *(f"exp_smooth_{int(g * 100)}" for g in GAINS),
+    "median_31",
+    "median_5",
+    "sliding_mean_31",
+    "sliding_mean_5",
+    "trimmed_mean_31",
+    "trimmed_mean_51",
+    "adaptive_median_5_21",
+    "adaptive_median_21_51",
+)
+N_PRIMARY = len(PRIMARIES)  # 18
+WINDOWS = (1, 5, 10, 20, 30, 50, 100)
+#: selectors in forc.c order: (error kind, window); window 0 = cumulative
+SELECTORS = (("mse", 0), ("mae", 0), *(("mse", w) for w in WINDOWS), *(("mae", w) for w in WINDOWS))
+N_SELECTOR = len(SELECTORS)  # 16
+HISTORY = 100  # values kept per series (MAX_DATA_ENTRIES)
+RING = 101  # cumulative-error ring length (>= largest window + 1)
+ADAPTIVE = ((10, 5, 21, 1), (30, 21, 51, 5))  # (init, min, max, step)
+_TRIM = 0.3
+
+
+def _last(hist: np.ndarray, pos: np.ndarray, count: np.ndarray, width: int) -> np.ndarray:
+    """The last ``width`` values of each series, newest last; NaN where the series is shorter."""
+    idx = (pos[:, None] - width + np.arange(width)[None, :]) % HISTORY
+    vals = np.take_along_axis(hist, idx, axis=1)
+    too_old = np.arange(width)[None, :] < (width - np.minimum(count, width))[:, None]
+    vals[too_old] = np.nan
+    return vals
+
+
+def _median_last(vals: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Median of the last ``lengths[i]`` entries of row i of ``vals`` (newest last; NaN ignored)."""
+    width = vals.shape[1]
+    v = vals.copy()
+    v[np.arange(width)[None, :] < (width - lengths)[:, None]] = np.nan
+    with np.errstate(all="ignore"):
+        return np.nanmedian(v, axis=1) if len(v) else np.empty(0)
+
+
+def _trimmed_mean(vals: np.ndarray) -> np.ndarray:
+    """α-trimmed mean (α = 0.3) of the non-NaN values of each row: mean of sorted[T : M-T], T = ⌊αM⌋."""
+    s = np.sort(vals, axis=1)  # NaN sorts last
+    m = (~np.isnan(vals)).sum(axis=1)
+    t = np.floor(_TRIM * m).astype(np.int64)
+    cs = np.concatenate([np.zeros((len(s), 1)), np.cumsum(np.nan_to_num(s), axis=1)], axis=1)
+    rows = np.arange(len(s))
+    with np.errstate(all="ignore"):
+        return (cs[rows, m - t] - cs[rows, t]) / (m - 2 * t)
+
+
+class ForecastBank(Operator):
+    """The NWS forecaster bank with dynamic selection, per (job, node, metric) series.
+
+    Output: a batch with the same rows and metric columns, whose values are the MSE forecasts of
+    each series' *next* value, with extra 2-D columns ``sigma`` (sqrt of the realised MSE of the
+    final forecasts; NaN before the first score), ``lower``/``upper`` (forecast ∓ 2σ), ``method``
+    (index into :data:`PRIMARIES` of the primary used, -1 where the metric was missing) and
+    ``mae_forecast``.
+
+    Parameters
+    ----------
+    mode : str
+        ``"nws"`` (the three-level hierarchy of ``forc.c``) or ``"flat"`` (the primary with the
+        lowest cumulative - or ``sel_window``-windowed - MSE).
+    sel_window : int
+        Window for ``mode="flat"``; 0 = cumulative.
+    nws_compat : bool
+        Reproduce the C code's warm-up: exponential smoothers forecast 0 before any data and are
+        charged ``x_1²``.
+
+    Examples
+    --------
+    >>> from perfsift.operators import Batch
+    >>> bank = ForecastBank()
+    >>> out = bank.update(Batch.from_columns(ts=range(20), nodes=["a"] * 20, metrics=["x"],
+    ...                                      values=[[float(v)] for v in range(1, 21)]))
+    >>> float(out.values[-1, 0]), PRIMARIES[int(out.extra["method"][-1, 0])]
+    (20.0, 'last_value')
+    """
+
+    def __init__(self, mode: str = "nws", sel_window: int = 0, nws_compat: bool = False) -> None:
+        self.mode = mode
+        self.sel_window = sel_window
+        self.nws_compat = nws_compat
+
+    # -- state ------------------------------------------------------------------------------------
+    def reset(self) -> None:
+        if self.mode not in ("nws", "flat"):
+            raise ValueError(f"mode must be 'nws' or 'flat', got {self.mode!r}")
+        if not 0 <= int(self.sel_window) <= HISTORY:
+            raise ValueError(f"sel_window must be in [0, {HISTORY}], got {self.sel_window!r}")
+        self.cols_ = KeyedColumns()
+        self.series_of_ = np.full((0, 0), -1, dtype=np.int64)  # [key, metric] -> series id
+        self.n_series_ = 0
+        self._alloc(0)
+
+    _ARRAYS = (
+        "hist",
+        "pos",
+        "count",
+        "mean",
+        "exp",
+        "adapt_w",
+        "pending",
+        "cum_se",
+        "cum_ae",
+        "run_se",
+        "run_ae",
+        "ring_se",
+        "ring_ae",
+        "scores",
+        "sel_pending",
+        "sel_se",
+        "sel_ae",
+        "sel_choice",
+        "fin_se",
+        "fin_ae",
+        "fin_n",
+        "fin_mse_f",
+        "fin_mae_f",
+    )
+
+    def _alloc(self, n: int) -> None:
+        def full(shape: tuple[int, ...], fill: float, dtype: Any = np.float64) -> np.ndarray:
+            return np.full(shape, fill, dtype=dtype)
+
+        self.hist_ = full((n, HISTORY), np.nan)
+        self.pos_ = full((n,), 0, np.int64)  # next write position in hist
+        self.count_ = full((n,), 0, np.int64)  # values seen
+        self.mean_ = full((n,), 0.0)
+        self.exp_ = full((n, len(GAINS)), np.nan)
+        self.adapt_w_ = np.tile(np.array([a[0] for a in ADAPTIVE], dtype=np.int64), (n, 1))
+        self.pending_ = full((n, N_PRIMARY), np.nan)  # forecasts of the next value
+        self.cum_se_ = full((n, N_PRIMARY), 0.0)
+        self.cum_ae_ = full((n, N_PRIMARY), 0.0)
+        # windowed errors: running sums (re-based every 1000 scores) and their values after each score
+        self.run_se_ = full((n, N_PRIMARY), 0.0)
+        self.run_ae_ = full((n, N_PRIMARY), 0.0)
+        self.ring_se_ = full((n, N_PRIMARY, RING), 0.0)  # cumulative SE after each score
+        self.ring_ae_ = full((n, N_PRIMARY, RING), 0.0)
+        self.scores_ = full((n,), 0, np.int64)
+        self.sel_pending_ = full((n, N_SELECTOR), np.nan)
+        self.sel_se_ = full((n, N_SELECTOR), 0.0)
+        self.sel_ae_ = full((n, N_SELECTOR), 0.0)
+        self.sel_choice_ = full((n, N_SELECTOR), 0, np.int64)
+        self.fin_se_ = full((n,), 0.0)
+        self.fin_ae_ = full((n,), 0.0)
+        self.fin_n_ = full((n,), 0, np.int64)
+        self.fin_mse_f_ = full((n,), np.nan)
+        self.fin_mae_f_ = full((n,), np.nan)
+
+    def _grow_series(self, n: int) -> None:
+        cur = self.hist_.shape[0]
+        if n <= cur:
+            return
+        new = max(n, 2 * cur, 16)
+        old = {name: getattr(self, name + "_") for name in self._ARRAYS}
+        self._alloc(new)
+        for name, arr in old.items():
+            getattr(self, name + "_")[:cur] = arr
+
+    def _series(self, keys: npt.NDArray[np.int64], cols: npt.NDArray[np.int64]) -> np.ndarray:
+        """Series ids for (key, metric column) pairs, registering new ones."""
+        nk, nm = len(self.cols_.keys), len(self.cols_.metrics)
+        self.series_of_ = grow(grow(self.series_of_, 0, nk, -1), 1, nm, -1)
+        sid = self.series_of_[keys, cols]
+        new = sid < 0
+        if new.any():
+            pairs = np.unique(np.stack([keys[new], cols[new]], axis=1), axis=0)
+            ids = np.arange(self.n_series_, self.n_series_ + len(pairs))
+            self.series_of_[pairs[:, 0], pairs[:, 1]] = ids
+            self.n_series_ += len(pairs)
+            self._grow_series(self.n_series_)
+            sid = self.series_of_[keys, cols]
+        return sid
+
+    # -- one step for many series -------------------------------------------------------------------
+    def _step(self, s: np.ndarray, x: np.ndarray) -> np.ndarray:
+        """Feed value x[i] to series s[i] (distinct series); return the primary behind each final forecast."""
+        # 1. score pending forecasts (primaries that have seen >= 1 value; NaN = cannot forecast)
+        if self.nws_compat:  # the C exponential smoothers forecast 0 before any data
+            fresh = self.count_[s] == 0
+            if fresh.any():
+                self.pending_[s[fresh], 2:10] = 0.0
+        pend = self.pending_[s]
+        can = ~np.isnan(pend)
+        err = np.where(can, pend - x[:, None], 0.0)
+        scored = can.any(axis=1)
+        self.cum_se_[s] += err * err
+        self.cum_ae_[s] += np.abs(err)
+        self.run_se_[s] += err * err
+        self.run_ae_[s] += np.abs(err)
+        k = self.scores_[s] + scored
+        self.scores_[s] = k
+        slot = k % RING
+        self.ring_se_[s, :, slot] = self.run_se_[s]
+        self.ring_ae_[s, :, slot] = self.run_ae_[s]
+        sel = self.sel_pending_[s]
+        sel_ok = ~np.isnan(sel)
+        sel_err = np.where(sel_ok, sel - x[:, None], 0.0)
+        self.sel_se_[s] += sel_err * sel_err
+        self.sel_ae_[s] += np.abs(sel_err)
+        fin = self.fin_mse_f_[s]
+        fin_ok = ~np.isnan(fin)
+        self.fin_se_[s] += np.where(fin_ok, (fin - x) ** 2, 0.0)
+        self.fin_ae_[s] += np.where(fin_ok, np.abs(self.fin_mae_f_[s] - x), 0.0)
+        self.fin_n_[s] += fin_ok
+
+        # 2. adaptive-median window moves use the history *before* x is inserted
+        n_before = self.count_[s]
+        prev = _last(self.hist_[s], self.pos_[s], n_before, 56)
+        adapt_w = self.adapt_w_[s]
+        for j, (_, lo, hi, step) in enumerate(ADAPTIVE):
+            w = adapt_w[:, j]
+            cands = np.stack([w, w - step, w + step], axis=1)
+            if len(w) and (n_before > 0).any():
+                meds = np.stack([_median_last(prev, np.minimum(c, n_before)) for c in cands.T], axis=1)
+                errs = (x[:, None] - meds) ** 2
+                errs[np.isnan(errs)] = np.inf
+                best = np.argmin(errs, axis=1)  # first smallest: ties keep w
+                moved = np.clip(cands[np.arange(len(w)), best], lo, hi)
+                adapt_w[:, j] = np.where(n_before > 0, moved, w)
+        self.adapt_w_[s] = adapt_w
+
+        # 3. insert x and update every primary
+        hist = self.hist_[s]
+        hist[np.arange(len(s)), self.pos_[s]] = x
+        self.hist_[s] = hist
+        self.pos_[s] = (self.pos_[s] + 1) % HISTORY
+        n = n_before + 1
+        self.count_[s] = n
+        mean = self.mean_[s] + (x - self.mean_[s]) / n
+        self.mean_[s] = mean
+        e = self.exp_[s]
+        e = np.where(np.isnan(e), x[:, None], e + np.array(GAINS)[None, :] * (x[:, None] - e))
+        self.exp_[s] = e
+        last = _last(self.hist_[s], self.pos_[s], n, 51)
+        f = np.empty((len(s), N_PRIMARY))
+        f[:, 0] = x
+        f[:, 1] = mean
+        f[:, 2:10] = e
+        with np.errstate(all="ignore"):
+            f[:, 10] = np.nanmedian(last[:, -31:], axis=1)
+            f[:, 11] = np.nanmedian(last[:, -5:], axis=1)
+            f[:, 12] = np.nanmean(last[:, -31:], axis=1)
+            f[:, 13] = np.nanmean(last[:, -5:], axis=1)
+        f[:, 14] = _trimmed_mean(last[:, -31:])
+        f[:, 15] = _trimmed_mean(last)
+        f[:, 16] = _median_last(last, np.minimum(adapt_w[:, 0], n))
+        f[:, 17] = _median_last(last, np.minimum(adapt_w[:, 1], n))
+        self.pending_[s] = f
+
+        # 4. selectors pick a primary by windowed error
+        kk = self.scores_[s]
+        choice = np.zeros((len(s), N_SELECTOR), dtype=np.int64)
+        for j, (kind, w) in enumerate(SELECTORS):
+            choice[:, j] = self._argmin_error(s, kk, kind, w)
+        sel_out = np.take_along_axis(f, choice, axis=1)
+        self.sel_choice_[s] = choice
+        self.sel_pending_[s] = sel_out
+
+        # 5. final MSE and MAE forecasts
+        rows = np.arange(len(s))
+        if self.mode == "flat":
+            primary = self._argmin_error(s, kk, "mse", int(self.sel_window))
+            mse_f = f[rows, primary]
+            mae_f = f[rows, self._argmin_error(s, kk, "mae", int(self.sel_window))]
+        else:
+            best_mse = np.argmin(self.sel_se_[s], axis=1)  # ties -> first selector
+            best_mae = np.argmin(self.sel_ae_[s], axis=1)
+            mse_f = sel_out[rows, best_mse]
+            mae_f = sel_out[rows, best_mae]
+            primary = choice[rows, best_mse]
+        self.fin_mse_f_[s] = mse_f
+        self.fin_mae_f_[s] = mae_f
+        rebase = scored & (kk % 1000 == 0)
+        if rebase.any():
+            self._rebase(s[rebase])
+        return primary
+
+    def _argmin_error(self, s: np.ndarray, k: np.ndarray, kind: str, w: int) -> np.ndarray:
+        """Primary with the lowest cumulative (w = 0) or last-w-scores error; ties -> lowest index."""
+        with np.errstate(all="ignore"):
+            if w == 0:
+                cum = self.cum_se_[s] if kind == "mse" else self.cum_ae_[s]
+                err = cum / k[:, None]
+            else:
+                run = self.run_se_[s] if kind == "mse" else self.run_ae_[s]
+                ring = self.ring_se_ if kind == "mse" else self.ring_ae_
+                weff = np.minimum(w, k)
+                old = ring[s[:, None], np.arange(N_PRIMARY)[None, :], ((k - weff) % RING)[:, None]]
+                err = (run - old) / weff[:, None]
+        err = np.where(np.isnan(err) | np.isnan(self.pending_[s]), np.inf, err)
+        return np.argmin(err, axis=1)
+
+    def _rebase(self, s: np.ndarray) -> None:
+        """Subtract the oldest running sum kept in the ring from the ring and the running sums, so
+        window differences are taken between small numbers on long streams."""
+        k = self.scores_[s]
+        idx = (s[:, None], np.arange(N_PRIMARY)[None, :], ((k + 1) % RING)[:, None])
+        base_se, base_ae = self.ring_se_[idx], self.ring_ae_[idx]
+        self.ring_se_[s] -= base_se[:, :, None]
+        self.ring_ae_[s] -= base_ae[:, :, None]
+        self.run_se_[s] -= base_se
+        self.run_ae_[s] -= base_ae
+
+    # -- batches ------------------------------------------------------------------------------------
+    def update(self, batch: Batch) -> Batch:
+        if not hasattr(self, "cols_"):
+            self.reset()
+        k, n = len(batch), len(batch.metrics)
+        out = np.full((k, n), np.nan)
+        sigma = np.full((k, n), np.nan)
+        mae_f = np.full((k, n), np.nan)
+        method = np.full((k, n), -1, dtype=np.int64)
+        if k:
+            cols = self.cols_.metric_columns(batch.metrics)
+            keys = self.cols_.row_keys(batch)
+            order, _, _, rank = group_rows(keys)
+            for r in range(int(rank.max()) + 1):
+                rows = order[rank == r]
+                vals = batch.values[rows]
+                present = ~np.isnan(vals)
+                ri, ci = np.nonzero(present)
+                if len(ri) == 0:
+                    continue
+                sid = self._series(keys[rows][ri], cols[ci])
+                primary = self._step(sid, vals[ri, ci])
+                out[rows[ri], ci] = self.fin_mse_f_[sid]
+                mae_f[rows[ri], ci] = self.fin_mae_f_[sid]
+                with np.errstate(all="ignore"):
+                    sigma[rows[ri], ci] = np.sqrt(self.fin_se_[sid] / self.fin_n_[sid])
+                method[rows[ri], ci] = primary
+        return batch.with_values(
+            out, sigma=sigma, lower=out - 2 * sigma, upper=out + 2 * sigma, method=method, mae_forecast=mae_f
+        )
+
+    def _state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        n = self.n_series_
+        arrays = {name: getattr(self, name + "_")[:n] for name in self._ARRAYS}
+        arrays["series_of"] = self.series_of_[: len(self.cols_.keys), : len(self.cols_.metrics)]
+        return {"keys": self.cols_.keys, "metrics": self.cols_.metrics, "n_series": n}, arrays
+
+    def _load_state(self, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
+        for job, node in meta["keys"]:
+            self.cols_.key_ix[(job, node)] = len(self.cols_.keys)
+            self.cols_.keys.append((job, node))
+        self.cols_.metric_columns(tuple(meta["metrics"]))
+        self.n_series_ = int(meta["n_series"])
+        self._grow_series(self.n_series_)
+        for name in self._ARRAYS:
+            getattr(self, name + "_")[: self.n_series_] = arrays[name]
+        self.series_of_ = arrays["series_of"].astype(np.int64).copy()

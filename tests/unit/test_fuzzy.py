@@ -1,0 +1,120 @@
+"""Fuzzy rulebase (METHODS.md §4.5, §4.7): parser, membership, exact inference oracles."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from perfsift.operators.fuzzy import DEFAULT_RULEBASE, FuzzySet, Rulebase, RulebaseError
+
+LITERAL_FIGURE_4 = """
+var distance(0, 2)   { set trapez LOW ( 0, .5, 0, .5 );  set trapez HIGH ( 1, 2, .5, 0 ); }
+var violation(-1, 2) { set triangle NONE ( 1, 1, 1 );    set triangle TOTAL ( 0, 1, 1 ); }
+if ( distance == LOW )  { violation = NONE; }
+if ( distance == HIGH ) { violation = TOTAL; }
+"""
+
+
+def closed_form(d: float) -> float:
+    s = min(max(2 * d - 1, 0.0), 1.0)
+    return s * (3 - s) / (2 * (1 + s - s * s))
+
+
+@pytest.mark.parametrize(
+    ("d", "v"),
+    [
+        (0.55, 0.133028),
+        (0.6, 7 / 29),
+        (0.625, 11 / 38),
+        (0.7, 13 / 31),
+        (0.75, 0.5),
+        (0.8, 0.580645),
+        (0.875, 0.710526),
+        (0.9, 0.758621),
+    ],
+)
+def test_spec_table(d: float, v: float) -> None:
+    assert Rulebase.default().evaluate({"distance": d})["violation"] == pytest.approx(v, abs=1e-6)
+
+
+def test_closed_form_everywhere_and_clamping() -> None:
+    rb = Rulebase.default()
+    for d in np.linspace(-1, 3, 81):
+        assert rb.evaluate({"distance": d})["violation"] == pytest.approx(closed_form(d), abs=1e-9)
+
+
+def test_symmetry_and_weighted_centroids_are_linear() -> None:
+    rb = Rulebase.default()
+    for s in (0.1, 0.3, 0.45):
+        a = rb.evaluate({"distance": (s + 1) / 2})["violation"]
+        b = rb.evaluate({"distance": (2 - s) / 2})["violation"]
+        assert a == pytest.approx(1 - b, abs=1e-12)
+        assert rb.evaluate({"distance": (s + 1) / 2}, "weighted_centroids")["violation"] == pytest.approx(s)
+
+
+def test_lookup_table_matches_exact_evaluation() -> None:
+    rb = Rulebase.default()
+    xs, ys = rb.table()
+    probe = np.random.default_rng(0).uniform(0, 2, 300)
+    approx = np.interp(probe, xs, ys)
+    exact = np.array([closed_form(d) for d in probe])
+    assert np.abs(approx - exact).max() < 1e-6
+
+
+def test_literal_figure_text_parses_and_is_inverted() -> None:
+    rb = Rulebase.parse(LITERAL_FIGURE_4)
+    assert rb.evaluate({"distance": 0.2})["violation"] == pytest.approx(1.0, abs=1e-9)
+    assert rb.evaluate({"distance": 1.5})["violation"] == pytest.approx(0.0, abs=1e-9)
+
+
+def test_membership_vertices() -> None:
+    low = FuzzySet("LOW", "trapez", (0, 0.5, 0, 0.5))
+    high = FuzzySet("HIGH", "trapez", (1, 2, 0.5, 0))
+    none = FuzzySet("NONE", "triangle", (0, 1, 1))
+    assert low.mu([0, 0.5, 0.75, 1.0]).tolist() == [1.0, 1.0, 0.5, 0.0]
+    assert high.mu([0.5, 0.75, 1.0, 2.0]).tolist() == [0.0, 0.5, 1.0, 1.0]
+    assert none.mu([-1, -0.5, 0, 0.5, 1]).tolist() == [0.0, 0.5, 1.0, 0.5, 0.0]
+    xs = np.linspace(0, 2, 101)
+    np.testing.assert_allclose(low.mu(xs) + high.mu(xs), 1.0)
+
+
+def test_parser_extensions_numbers_and_comments() -> None:
+    text = """/* block */ var x(-1.5e0, +2) { set triangle A (-.5, .5, 1.); set trapez B (0, 1, 0, 0); } // c
+    var y(0, 1) { set triangle LO (0, 0, 1); set triangle HI (1, 1, 0); }
+    if ((x == A || x == B) && !(x == B)) { y = HI; }
+    if (x == B) { y = LO; }"""
+    rb = Rulebase.parse(text)
+    assert rb.inputs == ("x",) and rb.outputs == ("y",)
+    assert rb.evaluate({"x": -0.5})["y"] == pytest.approx(2 / 3)  # only the first rule fires, fully
+
+
+@pytest.mark.parametrize(
+    ("text", "msg", "line"),
+    [
+        ("var x(0,1) { set triangle A (0,1,1); }\nif (x == B) { x = A; }", "has no set 'B'", 2),
+        (
+            "var x(0,1) { set triangle A (0,1,1); }\nvar y(0,1) { set triangle A (0,1,1); }\n"
+            "if (x == A) { y = A; }\nif (y == A) { x = A; }",
+            "both tested and assigned",
+            3,
+        ),
+        ("var x(0,1) {\n  set trapez A (1, 0, 1, 1); }\nif (x == A) { x = A; }", "plateau needs a <= b", 2),
+        ("var x(1,0) { }", "lo < hi", 1),
+        ("var x(0,1) { set blob A (0,1,1); }", "unknown set shape", 1),
+        ("var x(0,1) { set triangle A (0,1); }", "expected ','", 1),
+        ("var x(0,1) { set triangle A (0,1,1); }\nif (z == A) { x = A; }", "undeclared variable 'z'", 2),
+        ("var x(0,1) { set triangle A (0,1,1); } @", "unexpected character '@'", 1),
+    ],
+)
+def test_parser_rejects_with_line_and_column(text: str, msg: str, line: int) -> None:
+    with pytest.raises(RulebaseError, match=msg) as exc:
+        Rulebase.parse(text, "rb.txt")
+    assert exc.value.line == line and exc.value.col >= 1
+    assert str(exc.value).startswith(f"rb.txt:{line}:")
+
+
+def test_no_rule_fired_gives_nan() -> None:
+    rb = Rulebase.parse(
+        "var x(0,2) { set triangle A (0,0,0.5); }\nvar y(0,1) { set triangle B (0.5,0.5,0.5); }\nif (x == A) { y = B; }"
+    )
+    assert np.isnan(rb.evaluate({"x": 1.5})["y"])
+    assert Rulebase.parse(DEFAULT_RULEBASE).outputs == ("violation",)
