@@ -6,6 +6,8 @@ used, tested and benchmarked on arrays alone.
 
 from perfsift.operators.base import Operator, SnapshotError
 from perfsift.operators.batch import Batch
+from perfsift.operators.contract import ContractMonitor
+from perfsift.operators.forecast import ForecastBank
 from perfsift.operators.smooth import Ewma, SlidingMean
 
-__all__ = ["Batch", "Ewma", "Operator", "SlidingMean", "SnapshotError"]
+__all__ = ["Batch", "ContractMonitor", "Ewma", "ForecastBank", "Operator", "SlidingMean", "SnapshotError"]

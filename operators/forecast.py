@@ -15,6 +15,7 @@ All series that receive a value at the same step are updated in one set of numpy
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
@@ -57,13 +58,32 @@ def _last(hist: np.ndarray, pos: np.ndarray, count: np.ndarray, width: int) -> n
     return vals
 
 
+def _median(vals: np.ndarray) -> np.ndarray:
+    """Row medians ignoring NaN (mean of the two middle values for an even count; NaN if empty).
+
+    One sort per call: ``np.nanmedian`` falls back to a Python loop per row on small arrays.
+    """
+    s = np.sort(vals, axis=1)  # NaN sorts last
+    c = (~np.isnan(vals)).sum(axis=1)
+    rows = np.arange(len(s))
+    lo, hi = np.maximum((c - 1) // 2, 0), np.maximum(c // 2, 0)
+    out = (s[rows, lo] + s[rows, hi]) / 2
+    out[c == 0] = np.nan
+    return out
+
+
+def _mean(vals: np.ndarray) -> np.ndarray:
+    c = (~np.isnan(vals)).sum(axis=1)
+    with np.errstate(all="ignore"):
+        return np.nansum(vals, axis=1) / c
+
+
 def _median_last(vals: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """Median of the last ``lengths[i]`` entries of row i of ``vals`` (newest last; NaN ignored)."""
     width = vals.shape[1]
     v = vals.copy()
     v[np.arange(width)[None, :] < (width - lengths)[:, None]] = np.nan
-    with np.errstate(all="ignore"):
-        return np.nanmedian(v, axis=1) if len(v) else np.empty(0)
+    return _median(v)
 
 
 def _trimmed_mean(vals: np.ndarray) -> np.ndarray:
@@ -88,6 +108,8 @@ class ForecastBank(Operator):
 
     Parameters
     ----------
+    metrics : list of str, optional
+        Forecast only these metrics (default: every metric). The output keeps only these columns.
     mode : str
         ``"nws"`` (the three-level hierarchy of ``forc.c``) or ``"flat"`` (the primary with the
         lowest cumulative - or ``sel_window``-windowed - MSE).
@@ -107,7 +129,10 @@ class ForecastBank(Operator):
     (20.0, 'last_value')
     """
 
-    def __init__(self, mode: str = "nws", sel_window: int = 0, nws_compat: bool = False) -> None:
+    def __init__(
+        self, metrics: list[str] | None = None, mode: str = "nws", sel_window: int = 0, nws_compat: bool = False
+    ) -> None:
+        self.metrics = metrics
         self.mode = mode
         self.sel_window = sel_window
         self.nws_compat = nws_compat
@@ -165,8 +190,9 @@ class ForecastBank(Operator):
         # windowed errors: running sums (re-based every 1000 scores) and their values after each score
         self.run_se_ = full((n, N_PRIMARY), 0.0)
         self.run_ae_ = full((n, N_PRIMARY), 0.0)
-        self.ring_se_ = full((n, N_PRIMARY, RING), 0.0)  # cumulative SE after each score
-        self.ring_ae_ = full((n, N_PRIMARY, RING), 0.0)
+        # running sums after each score; [series, slot, primary] so one slot is one contiguous row
+        self.ring_se_ = full((n, RING, N_PRIMARY), 0.0)
+        self.ring_ae_ = full((n, RING, N_PRIMARY), 0.0)
         self.scores_ = full((n,), 0, np.int64)
         self.sel_pending_ = full((n, N_SELECTOR), np.nan)
         self.sel_se_ = full((n, N_SELECTOR), 0.0)
@@ -206,6 +232,11 @@ class ForecastBank(Operator):
     # -- one step for many series -------------------------------------------------------------------
     def _step(self, s: np.ndarray, x: np.ndarray) -> np.ndarray:
         """Feed value x[i] to series s[i] (distinct series); return the primary behind each final forecast."""
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # medians of windows with no value yet
+            return self._step_quietly(s, x)
+
+    def _step_quietly(self, s: np.ndarray, x: np.ndarray) -> np.ndarray:
         # 1. score pending forecasts (primaries that have seen >= 1 value; NaN = cannot forecast)
         if self.nws_compat:  # the C exponential smoothers forecast 0 before any data
             fresh = self.count_[s] == 0
@@ -222,8 +253,8 @@ class ForecastBank(Operator):
         k = self.scores_[s] + scored
         self.scores_[s] = k
         slot = k % RING
-        self.ring_se_[s, :, slot] = self.run_se_[s]
-        self.ring_ae_[s, :, slot] = self.run_ae_[s]
+        self.ring_se_[s, slot] = self.run_se_[s]
+        self.ring_ae_[s, slot] = self.run_ae_[s]
         sel = self.sel_pending_[s]
         sel_ok = ~np.isnan(sel)
         sel_err = np.where(sel_ok, sel - x[:, None], 0.0)
@@ -268,11 +299,10 @@ class ForecastBank(Operator):
         f[:, 0] = x
         f[:, 1] = mean
         f[:, 2:10] = e
-        with np.errstate(all="ignore"):
-            f[:, 10] = np.nanmedian(last[:, -31:], axis=1)
-            f[:, 11] = np.nanmedian(last[:, -5:], axis=1)
-            f[:, 12] = np.nanmean(last[:, -31:], axis=1)
-            f[:, 13] = np.nanmean(last[:, -5:], axis=1)
+        f[:, 10] = _median(last[:, -31:])
+        f[:, 11] = _median(last[:, -5:])
+        f[:, 12] = _mean(last[:, -31:])
+        f[:, 13] = _mean(last[:, -5:])
         f[:, 14] = _trimmed_mean(last[:, -31:])
         f[:, 15] = _trimmed_mean(last)
         f[:, 16] = _median_last(last, np.minimum(adapt_w[:, 0], n))
@@ -281,9 +311,10 @@ class ForecastBank(Operator):
 
         # 4. selectors pick a primary by windowed error
         kk = self.scores_[s]
+        errors = self._errors(s, kk)
         choice = np.zeros((len(s), N_SELECTOR), dtype=np.int64)
-        for j, (kind, w) in enumerate(SELECTORS):
-            choice[:, j] = self._argmin_error(s, kk, kind, w)
+        for j, key in enumerate(SELECTORS):
+            choice[:, j] = np.argmin(errors[key], axis=1)  # ties -> lowest index
         sel_out = np.take_along_axis(f, choice, axis=1)
         self.sel_choice_[s] = choice
         self.sel_pending_[s] = sel_out
@@ -291,9 +322,9 @@ class ForecastBank(Operator):
         # 5. final MSE and MAE forecasts
         rows = np.arange(len(s))
         if self.mode == "flat":
-            primary = self._argmin_error(s, kk, "mse", int(self.sel_window))
+            primary = np.argmin(errors[("mse", int(self.sel_window))], axis=1)
             mse_f = f[rows, primary]
-            mae_f = f[rows, self._argmin_error(s, kk, "mae", int(self.sel_window))]
+            mae_f = f[rows, np.argmin(errors[("mae", int(self.sel_window))], axis=1)]
         else:
             best_mse = np.argmin(self.sel_se_[s], axis=1)  # ties -> first selector
             best_mae = np.argmin(self.sel_ae_[s], axis=1)
@@ -307,29 +338,32 @@ class ForecastBank(Operator):
             self._rebase(s[rebase])
         return primary
 
-    def _argmin_error(self, s: np.ndarray, k: np.ndarray, kind: str, w: int) -> np.ndarray:
-        """Primary with the lowest cumulative (w = 0) or last-w-scores error; ties -> lowest index."""
+    def _errors(self, s: np.ndarray, k: np.ndarray) -> dict[tuple[str, int], np.ndarray]:
+        """Per (kind, window) the error of every primary (inf where it cannot forecast or has no
+        score yet): window 0 = cumulative mean, w = mean of the last min(w, k) scores."""
+        cannot = np.isnan(self.pending_[s])
+        out = {}
         with np.errstate(all="ignore"):
-            if w == 0:
-                cum = self.cum_se_[s] if kind == "mse" else self.cum_ae_[s]
-                err = cum / k[:, None]
-            else:
-                run = self.run_se_[s] if kind == "mse" else self.run_ae_[s]
-                ring = self.ring_se_ if kind == "mse" else self.ring_ae_
-                weff = np.minimum(w, k)
-                old = ring[s[:, None], np.arange(N_PRIMARY)[None, :], ((k - weff) % RING)[:, None]]
-                err = (run - old) / weff[:, None]
-        err = np.where(np.isnan(err) | np.isnan(self.pending_[s]), np.inf, err)
-        return np.argmin(err, axis=1)
+            for kind, cum, run, ring in (
+                ("mse", self.cum_se_, self.run_se_, self.ring_se_),
+                ("mae", self.cum_ae_, self.run_ae_, self.ring_ae_),
+            ):
+                out[(kind, 0)] = cum[s] / k[:, None]
+                now = run[s]
+                for w in WINDOWS:
+                    weff = np.minimum(w, k)
+                    out[(kind, w)] = (now - ring[s, (k - weff) % RING]) / weff[:, None]
+        for err in out.values():
+            err[np.isnan(err) | cannot] = np.inf
+        return out
 
     def _rebase(self, s: np.ndarray) -> None:
         """Subtract the oldest running sum kept in the ring from the ring and the running sums, so
         window differences are taken between small numbers on long streams."""
         k = self.scores_[s]
-        idx = (s[:, None], np.arange(N_PRIMARY)[None, :], ((k + 1) % RING)[:, None])
-        base_se, base_ae = self.ring_se_[idx], self.ring_ae_[idx]
-        self.ring_se_[s] -= base_se[:, :, None]
-        self.ring_ae_[s] -= base_ae[:, :, None]
+        base_se, base_ae = self.ring_se_[s, (k + 1) % RING], self.ring_ae_[s, (k + 1) % RING]
+        self.ring_se_[s] -= base_se[:, None, :]
+        self.ring_ae_[s] -= base_ae[:, None, :]
         self.run_se_[s] -= base_se
         self.run_ae_[s] -= base_ae
 
@@ -337,6 +371,9 @@ class ForecastBank(Operator):
     def update(self, batch: Batch) -> Batch:
         if not hasattr(self, "cols_"):
             self.reset()
+        if self.metrics is not None:
+            wanted = [j for j, m in enumerate(batch.metrics) if m in set(self.metrics)]
+            batch = batch.with_values(batch.values[:, wanted], [batch.metrics[j] for j in wanted])
         k, n = len(batch), len(batch.metrics)
         out = np.full((k, n), np.nan)
         sigma = np.full((k, n), np.nan)
@@ -380,3 +417,29 @@ class ForecastBank(Operator):
         for name in self._ARRAYS:
             getattr(self, name + "_")[: self.n_series_] = arrays[name]
         self.series_of_ = arrays["series_of"].astype(np.int64).copy()
+
+
+def forecast_records(out: Batch) -> list[dict[str, Any]]:
+    """perf.forecast records (schemas/forecast.avsc): one per row and forecast metric."""
+    recs = []
+    nodes, jobs = out.node_names(), out.job_names()
+    sigma, method = out.extra["sigma"], out.extra["method"]
+    rows, cols = np.nonzero(~np.isnan(out.values))
+    for i, j in zip(rows.tolist(), cols.tolist(), strict=True):
+        f = float(out.values[i, j])
+        s = float(sigma[i, j])
+        known = s == s
+        recs.append(
+            {
+                "ts": float(out.ts[i]),
+                "node": nodes[i],
+                "job": jobs[i],
+                "metric": out.metrics[j],
+                "forecast": f,
+                "sigma": s if known else None,
+                "lower": f - 2 * s if known else None,
+                "upper": f + 2 * s if known else None,
+                "method": PRIMARIES[int(method[i, j])],
+            }
+        )
+    return recs

@@ -351,6 +351,14 @@ def encode_batch(batch: Batch, codec: str = "json", schema: str = "sample") -> l
     return [template % (ts[i], nodes[i], jobs[i], seq[i], *rows[i]) for i in range(k)]
 
 
+def encode_records(records: Iterable[dict[str, Any]], codec: str = "json", schema: str = "sample") -> list[bytes]:
+    """Encode records of any schema (JSON: orjson, NaN as null; Avro: single-object encoding)."""
+    if codec == "json":
+        return [orjson.dumps(r) for r in records]
+    c = codec_for(codec, schema)
+    return [c.encode(r) for r in records]
+
+
 # -- codecs for single records -----------------------------------------------------------------------
 class JsonCodec:
     """orjson codec for any record type. NaN and infinities are written as null."""

@@ -27,8 +27,10 @@ from perfsift.streams.config import (
 from perfsift.streams.logs import kafka_logger
 from perfsift.streams.publish import publish_samples
 from perfsift.streams.runner import DEADLETTER_TOPIC, STATE_TOPIC, StageError, StageRunner, run_in_thread
+from perfsift.streams.tools import contract_app
+from perfsift.streams.tools import forecast as forecast_command
 from perfsift.streams.topics import create_pipeline_topics
-from rich.console import Console
+from perfsift.streams.ui import console, fail, out
 from rich.live import Live
 from rich.table import Table
 
@@ -40,8 +42,6 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-console = Console(stderr=True)
-out = Console()
 
 BootstrapOpt = Annotated[
     str | None,
@@ -69,16 +69,11 @@ def _setup_logging(verbose: bool) -> None:
     logging.getLogger("perfsift.kafka").setLevel(logging.ERROR if not verbose else logging.INFO)
 
 
-def _fail(msg: str, code: int = 2) -> typer.Exit:
-    console.print(f"[red]error:[/red] {msg}")
-    return typer.Exit(code)
-
-
 def _pipeline(config: Path | None) -> PipelineConfig:
     try:
         return load_pipeline(config)
     except ConfigError as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
 
 
 @contextlib.contextmanager
@@ -137,9 +132,9 @@ def broker(
             out.print(f"use: perfsift ... --bootstrap {b.bootstrap}    stop: Ctrl-C")
             while not stop.wait(0.5):
                 if b.proc is not None and b.proc.poll() is not None:
-                    raise _fail(f"the broker exited with code {b.proc.returncode}; log: {b.log_file}", 1)
+                    raise fail(f"the broker exited with code {b.proc.returncode}; log: {b.log_file}", 1)
     except BrokerError as exc:
-        raise _fail(str(exc), 1) from None
+        raise fail(str(exc), 1) from None
 
 
 @app.command()
@@ -152,7 +147,7 @@ def produce(
 ) -> None:
     """Publish JSONL samples to a topic, keyed by node; seq is numbered per (job, node) where absent."""
     if not bootstrap:
-        raise _fail("produce needs --bootstrap (or PERFSIFT_BOOTSTRAP); start one with `perfsift broker`")
+        raise fail("produce needs --bootstrap (or PERFSIFT_BOOTSTRAP); start one with `perfsift broker`")
     props = kafka_properties(bootstrap, parse_props(kafka_prop))
     errors: list[RecordError] = []
     samples = number_samples(iter_jsonl_samples(file, errors.append), job)
@@ -176,9 +171,9 @@ def worker(
     cfg = _pipeline(config)
     st = cfg.stage(stage) if stage in cfg.stages else None
     if st is None:
-        raise _fail(f"{cfg.source}: no stage {stage!r}; stages are: {', '.join(cfg.stages)}")
+        raise fail(f"{cfg.source}: no stage {stage!r}; stages are: {', '.join(cfg.stages)}")
     if not bootstrap:
-        raise _fail("worker needs --bootstrap (or PERFSIFT_BOOTSTRAP); `perfsift run` runs everything embedded")
+        raise fail("worker needs --bootstrap (or PERFSIFT_BOOTSTRAP); `perfsift run` runs everything embedded")
     props = kafka_properties(bootstrap, parse_props(kafka_prop))
     if create_topics:
         create_pipeline_topics(cfg, props)
@@ -192,7 +187,7 @@ def worker(
         try:
             stats = runner.run()
         except StageError as exc:
-            raise _fail(str(exc), 1) from None
+            raise fail(str(exc), 1) from None
     typer.echo(orjson.dumps(stats.as_dict()).decode(), err=True)
 
 
@@ -210,7 +205,7 @@ def tail(
     from confluent_kafka import Consumer
 
     if not bootstrap:
-        raise _fail("tail needs --bootstrap (or PERFSIFT_BOOTSTRAP)")
+        raise fail("tail needs --bootstrap (or PERFSIFT_BOOTSTRAP)")
     props = kafka_properties(bootstrap, parse_props(kafka_prop))
     c = Consumer(
         {
@@ -315,7 +310,7 @@ def run(
                     if all(r.stats.records_in >= expected(r) for r in runners):
                         break
                     if time.monotonic() - t0 > timeout:
-                        raise _fail(f"the pipeline did not process every record within {timeout:.0f} s", 1)
+                        raise fail(f"the pipeline did not process every record within {timeout:.0f} s", 1)
                     time.sleep(0.1)
                 elapsed = time.monotonic() - t0
                 for r in runners:
@@ -323,7 +318,7 @@ def run(
                 for th in threads:
                     th.join(30)
             if failures:
-                raise _fail(f"a stage failed: {failures[0]}", 1)
+                raise fail(f"a stage failed: {failures[0]}", 1)
             summary = {
                 "published": published,
                 "rejected_lines": len(errors),
@@ -340,7 +335,7 @@ def run(
             if summary_json:
                 summary_json.write_bytes(orjson.dumps(summary, option=orjson.OPT_INDENT_2))
     except BrokerError as exc:
-        raise _fail(str(exc), 1) from None
+        raise fail(str(exc), 1) from None
 
 
 def _expected_inputs(cfg: PipelineConfig, runners: list[StageRunner], published: int) -> Any:
@@ -355,6 +350,10 @@ def _expected_inputs(cfg: PipelineConfig, runners: list[StageRunner], published:
         return up.stats.records_out if up is not None else 0
 
     return expected
+
+
+app.add_typer(contract_app, name="contract")
+app.command("forecast")(forecast_command)
 
 
 def main() -> None:

@@ -8,20 +8,31 @@ librdkafka properties as ``PERFSIFT_KAFKA_<PROPERTY>`` with dots written as unde
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import yaml
-from perfsift.operators import Operator
-from perfsift.operators.smooth import Ewma, SlidingMean
+from perfsift.operators import Batch, ContractMonitor, Ewma, ForecastBank, Operator, SlidingMean
+from perfsift.operators.contract import contract_records
+from perfsift.operators.forecast import forecast_records
 
 #: operator names usable in a pipeline file -> class
 OPERATORS: dict[str, type[Operator]] = {
     "sliding_mean": SlidingMean,
     "ewma": Ewma,
+    "forecast": ForecastBank,
+    "contract": ContractMonitor,
+}
+
+#: what a stage publishes: the record schema and how to turn the chain's output batch into records
+#: (None = samples, encoded column-wise)
+EMITTERS: dict[str, tuple[str, Callable[[Batch], list[dict[str, Any]]] | None]] = {
+    "samples": ("sample", None),
+    "contract": ("contract", contract_records),
+    "forecast": ("forecast", forecast_records),
 }
 
 GUARANTEES = ("auto", "at_least_once", "exactly_once")
@@ -47,6 +58,7 @@ class StageConfig:
     input: str
     outputs: tuple[str, ...]
     operators: tuple[OperatorSpec, ...]
+    emit: str = "samples"
 
     def build_chain(self) -> list[Operator]:
         return [spec.build() for spec in self.operators]
@@ -171,7 +183,10 @@ def load_pipeline(
         ops = tuple(
             _parse_operator(source, f"{where}.operators[{i}]", item) for i, item in enumerate(st.get("operators") or [])
         )
-        stages[name] = StageConfig(name, str(st["input"]), tuple(map(str, outputs)), ops)
+        emit = str(st.get("emit", "samples"))
+        if emit not in EMITTERS:
+            raise _err(source, f"{where}.emit", f"unknown output kind {emit!r}; known: {', '.join(EMITTERS)}")
+        stages[name] = StageConfig(name, str(st["input"]), tuple(map(str, outputs)), ops, emit)
     cfg = PipelineConfig(**values, stages=stages, source=source)
     if cfg.guarantee not in GUARANTEES:
         raise ConfigError(f"{source}: guarantee must be one of {GUARANTEES}, got {cfg.guarantee!r}")

@@ -39,8 +39,8 @@ from confluent_kafka import (
     TopicPartition,
 )
 from perfsift.operators import Batch, Operator, SnapshotError
-from perfsift.schemas import decode_samples, encode_batch
-from perfsift.streams.config import PipelineConfig, StageConfig
+from perfsift.schemas import decode_samples, encode_batch, encode_records
+from perfsift.streams.config import EMITTERS, PipelineConfig, StageConfig
 from perfsift.streams.logs import kafka_logger
 
 log = logging.getLogger("perfsift.runner")
@@ -337,9 +337,15 @@ class StageRunner:
         part.dirty = True
 
     def _emit(self, out: Batch) -> None:
-        encoded = encode_batch(out, self.pipeline.encoding)
-        node_keys = [n.encode() for n in out.nodes]
-        keys = [node_keys[i] for i in out.node_idx.tolist()]
+        schema, to_records = EMITTERS[self.stage.emit]
+        if to_records is None:
+            encoded = encode_batch(out, self.pipeline.encoding)
+            node_keys = [n.encode() for n in out.nodes]
+            keys = [node_keys[i] for i in out.node_idx.tolist()]
+        else:
+            records = to_records(out)
+            encoded = encode_records(records, self.pipeline.encoding, schema)
+            keys = [r["node"].encode() for r in records]
         for topic in self._out_topics:
             for value, key in zip(encoded, keys, strict=True):
                 self._produce(topic, value, key)

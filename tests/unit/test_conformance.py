@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from perfsift.operators import Batch, Operator
+from perfsift.operators import Batch, ContractMonitor, Operator
 from perfsift.operators.base import SnapshotError
+from perfsift.operators.contract import derive_contract
 from perfsift.streams.config import OPERATORS
-
-EXAMPLES: dict[str, Operator] = {name: cls() for name, cls in OPERATORS.items()}
 
 
 def stream(k: int = 2000, seed: int = 0) -> Batch:
@@ -25,6 +24,12 @@ def stream(k: int = 2000, seed: int = 0) -> Batch:
         jobs=jobs,
         seq=np.arange(k),
     )
+
+
+#: one configured instance of every operator a pipeline can name
+EXAMPLES: dict[str, Operator] = {name: cls() for name, cls in OPERATORS.items() if cls is not ContractMonitor}
+EXAMPLES["contract"] = ContractMonitor(derive_contract(stream(400, seed=99), {"s": ["a", "b/c"], "t": ["d"]}))
+assert set(EXAMPLES) == set(OPERATORS)
 
 
 def outputs_equal(x: Batch, y: Batch) -> bool:
@@ -94,9 +99,10 @@ def test_metrics_that_disappear_and_new_nodes(op: Operator) -> None:
         ts=[1e4, 1e4 + 1], nodes=["new1", "n1"], metrics=["d", "zz"], values=[[1.0, np.nan], [np.nan, 3.0]]
     )
     out = op.update(late)
-    assert out.metrics == ("d", "zz") and len(out) == 2
-    assert out.values[0, 0] == 1.0  # a new node's first value is its own
-    assert not np.isnan(out.values[1, 1])
+    assert len(out) == 2
+    if out.metrics == late.metrics:  # operators that keep the input's columns
+        assert out.values[0, 0] == 1.0  # a new node's first value is its own
+        assert not np.isnan(out.values[1, 1])
 
 
 def test_repr_and_clone_round_trip(op: Operator) -> None:

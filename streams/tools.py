@@ -1,0 +1,220 @@
+"""Offline tools on archived traces: ``perfsift contract derive|check`` and ``perfsift forecast``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import numpy as np
+import orjson
+import typer
+from perfsift.operators import Batch, ContractMonitor, ForecastBank
+from perfsift.operators.contract import (
+    ContractError,
+    contract_records,
+    derive_contract,
+    job_summary,
+    load_contract,
+    parse_space,
+)
+from perfsift.operators.forecast import PRIMARIES, forecast_records
+from perfsift.operators.fuzzy import DEFAULT_RULEBASE, Rulebase, RulebaseError
+from perfsift.producers import iter_jsonl_samples
+from perfsift.schemas import RecordError, samples_to_batch
+from perfsift.streams.ui import console, fail, out
+from rich.table import Table
+
+contract_app = typer.Typer(
+    help="Derive performance contracts from a baseline run and check runs against them.", no_args_is_help=True
+)
+
+
+def read_trace(path: Path) -> Batch:
+    """A JSONL trace as one column batch; bad lines are reported (file:line) and skipped."""
+    errors: list[RecordError] = []
+    with console.status(f"reading {path}"):
+        batch = samples_to_batch(iter_jsonl_samples(path, errors.append))
+    for e in errors[:5]:
+        console.print(f"[yellow]skipped[/yellow] {e}")
+    if len(errors) > 5:
+        console.print(f"[yellow]skipped {len(errors) - 5} more bad lines[/yellow]")
+    if len(batch) == 0:
+        raise fail(f"{path}: no valid sample")
+    return batch
+
+
+def _write_jsonl(path: Path, records: list[dict[str, Any]]) -> None:
+    with path.open("wb") as fh:
+        for r in records:
+            fh.write(orjson.dumps(r) + b"\n")
+
+
+@contract_app.command("derive")
+def derive(
+    baseline: Annotated[Path, typer.Argument(help="Baseline run (JSONL samples).", exists=True, dir_okay=False)],
+    space: Annotated[
+        list[str],
+        typer.Option(
+            "--space",
+            "-s",
+            help="NAME=DIM[,DIM...]; DIM is METRIC or METRIC/METRIC, optionally @UNIT for capability scaling.",
+        ),
+    ],
+    output: Annotated[Path, typer.Option("--output", "-o", help="Contract file to write (JSON).")],
+    max_distance: Annotated[float, typer.Option(help="Leader-clustering distance D in log10 units.")] = 0.1,
+    k_sigma: Annotated[float, typer.Option(help="Tolerance = max(k_sigma * sd, D/sqrt(m)).")] = 2.0,
+    min_size: Annotated[int, typer.Option(help="Drop classes with fewer baseline points.")] = 1,
+    rulebase: Annotated[
+        Path | None, typer.Option(help="Fuzzy rulebase file (default: the shipped one).", exists=True, dir_okay=False)
+    ] = None,
+    capabilities: Annotated[
+        Path | None, typer.Option(help="JSON {node: {unit: capability}} for @UNIT dims.", exists=True, dir_okay=False)
+    ] = None,
+) -> None:
+    """Derive a contract: equivalence classes and tolerances per metric space from a baseline run."""
+    try:
+        spaces = dict(parse_space(s) for s in space)
+        caps = orjson.loads(capabilities.read_bytes()) if capabilities else None
+        rb_text = rulebase.read_text() if rulebase else DEFAULT_RULEBASE
+        Rulebase.parse(rb_text, str(rulebase) if rulebase else "<default rulebase>")  # errors name the file
+        doc = derive_contract(
+            read_trace(baseline),
+            {k: [d.expr for d in v] for k, v in spaces.items()},
+            max_distance=max_distance,
+            k_sigma=k_sigma,
+            min_size=min_size,
+            rulebase=rb_text,
+            capabilities=caps,
+        )
+    except (ContractError, RulebaseError, orjson.JSONDecodeError) as exc:
+        raise fail(str(exc)) from None
+    output.write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2))
+    t = Table(title=f"contract {output}")
+    for col in ("space", "dimensions", "classes", "largest class", "tolerances (log10)"):
+        t.add_column(col)
+    for sp in doc["spaces"]:
+        sizes = [c["size"] for c in sp["classes"]]
+        tol = np.array([c["tolerance"] for c in sp["classes"]])
+        t.add_row(
+            sp["name"], ", ".join(sp["dims"]), str(len(sizes)), str(max(sizes)), f"{tol.min():.3f} .. {tol.max():.3f}"
+        )
+    out.print(t)
+
+
+@contract_app.command("check")
+def check(
+    trace: Annotated[Path, typer.Argument(help="Run to check (JSONL samples).", exists=True, dir_okay=False)],
+    contract: Annotated[
+        Path,
+        typer.Option("--contract", "-c", help="Contract file from `contract derive`.", exists=True, dir_okay=False),
+    ],
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write one JSON line per (ts, node).")] = None,
+    plot: Annotated[
+        Path | None, typer.Option(help="Write a PNG of violation levels over time per node and space.")
+    ] = None,
+) -> None:
+    """Evaluate a run against a contract: violation level per sample, space and dimension."""
+    try:
+        monitor = ContractMonitor(load_contract(contract))
+        records = contract_records(monitor.update(read_trace(trace)))
+    except ContractError as exc:
+        raise fail(str(exc)) from None
+    if json_out:
+        _write_jsonl(json_out, records)
+    summary = job_summary(records)
+    t = Table(title=f"{trace.name} against {contract.name}")
+    for col in ("node", "samples", "violated", "unknown", "mean level", "max level"):
+        t.add_column(col, justify="right" if col != "node" else "left")
+    for node, s in summary["nodes"].items():
+        style = "red" if s["violated"] else ""
+        fmt = _level
+        t.add_row(
+            node,
+            str(s["rows"]),
+            str(s["violated"]),
+            str(s["unknown"]),
+            fmt(s["mean_level"]),
+            fmt(s["max_level"]),
+            style=style,
+        )
+    out.print(t)
+    for job, share in summary["max_share_violated"].items():
+        out.print(f"job {job}: at most {share:.0%} of its nodes in violation at once")
+    if plot:
+        plot_violations(records, plot)
+        out.print(f"plot written to {plot}")
+
+
+def _level(v: float | None) -> str:
+    return "-" if v is None else f"{v:.2f}"
+
+
+def plot_violations(records: list[dict[str, Any]], path: Path) -> None:
+    """Violation levels over time, one panel per metric space, one line per node (cf. Figure 5d)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    spaces = sorted({s for r in records for s in r["spaces"]})
+    nodes = sorted({r["node"] for r in records})
+    t0 = min(r["ts"] for r in records)
+    fig, axes = plt.subplots(len(spaces), 1, figsize=(10, 2.6 * len(spaces)), sharex=True, squeeze=False)
+    for ax, space in zip(axes[:, 0], spaces, strict=True):
+        for node in nodes:
+            rs = [r for r in records if r["node"] == node]
+            lv = [np.nan if r["spaces"][space]["violation"] is None else r["spaces"][space]["violation"] for r in rs]
+            ax.plot([r["ts"] - t0 for r in rs], lv, lw=1, label=node)
+        ax.set_ylabel(f"{space}\nviolation")
+        ax.set_ylim(-0.05, 1.05)
+        ax.grid(alpha=0.3)
+    axes[-1, 0].set_xlabel("time (s)")
+    axes[0, 0].legend(ncol=min(len(nodes), 8), fontsize=7, loc="upper left", bbox_to_anchor=(0, 1.35))
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def forecast(
+    trace: Annotated[Path, typer.Argument(help="Trace (JSONL samples).", exists=True, dir_okay=False)],
+    metric: Annotated[list[str], typer.Option("--metric", "-m", help="Metric(s) to forecast.")],
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write one JSON line per forecast.")] = None,
+    mode: Annotated[str, typer.Option(help="nws (three-level selection) or flat.")] = "nws",
+) -> None:
+    """Run the NWS forecaster bank over a trace: next-value forecasts with ±2σ bounds."""
+    batch = read_trace(trace)
+    missing = [m for m in metric if m not in batch.metrics]
+    if missing:
+        raise fail(f"{trace}: no metric {missing}; the trace has {', '.join(batch.metrics)}")
+    try:
+        bank = ForecastBank(metrics=list(metric), mode=mode)
+        result = bank.update(batch)
+    except ValueError as exc:
+        raise fail(str(exc)) from None
+    records = forecast_records(result)
+    if json_out:
+        _write_jsonl(json_out, records)
+    t = Table(title=f"forecasts of {', '.join(metric)} over {trace.name}")
+    for col in ("node", "metric", "series", "coverage of ±2σ", "RMSE", "last forecast", "method"):
+        t.add_column(col)
+    nodes = result.node_names()
+    vals = batch.values[:, [batch.metrics.index(m) for m in result.metrics]]
+    for j, m in enumerate(result.metrics):
+        for node in sorted(set(nodes)):
+            rows = np.array([i for i, n in enumerate(nodes) if n == node])
+            x, f, s = vals[rows, j], result.values[rows, j], result.extra["sigma"][rows, j]
+            ok = ~np.isnan(x[1:]) & ~np.isnan(f[:-1]) & ~np.isnan(s[:-1])
+            err = x[1:][ok] - f[:-1][ok]
+            cover = float(np.mean(np.abs(err) <= 2 * s[:-1][ok])) if ok.any() else float("nan")
+            rmse = float(np.sqrt(np.mean(err**2))) if ok.any() else float("nan")
+            last = int(result.extra["method"][rows[-1], j])
+            t.add_row(
+                node,
+                m,
+                str(len(rows)),
+                f"{cover:.1%}",
+                f"{rmse:.4g}",
+                f"{f[-1]:.4g}",
+                PRIMARIES[last] if last >= 0 else "-",
+            )
+    out.print(t)
