@@ -63,8 +63,13 @@ def _median(vals: np.ndarray) -> np.ndarray:
 
     One sort per call: ``np.nanmedian`` falls back to a Python loop per row on small arrays.
     """
-    s = np.sort(vals, axis=1)  # NaN sorts last
     c = (~np.isnan(vals)).sum(axis=1)
+    if len(c) and (c == vals.shape[1]).all():  # full windows (the steady state): partial sort
+        w = vals.shape[1]
+        kth = sorted({(w - 1) // 2, w // 2})
+        part = np.partition(vals, kth, axis=1)
+        return (part[:, (w - 1) // 2] + part[:, w // 2]) / 2
+    s = np.sort(vals, axis=1)  # NaN sorts last
     rows = np.arange(len(s))
     lo, hi = np.maximum((c - 1) // 2, 0), np.maximum(c // 2, 0)
     out = (s[rows, lo] + s[rows, hi]) / 2
@@ -80,7 +85,10 @@ def _mean(vals: np.ndarray) -> np.ndarray:
 
 def _median_last(vals: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """Median of the last ``lengths[i]`` entries of row i of ``vals`` (newest last; NaN ignored)."""
-    width = vals.shape[1]
+    if len(lengths) and (lengths == lengths[0]).all():  # one length for all rows: just slice
+        return _median(vals[:, vals.shape[1] - int(lengths[0]) :])
+    width = int(lengths.max()) if len(lengths) else 0
+    vals = vals[:, vals.shape[1] - width :]
     v = vals.copy()
     v[np.arange(width)[None, :] < (width - lengths)[:, None]] = np.nan
     return _median(v)
@@ -88,8 +96,26 @@ def _median_last(vals: np.ndarray, lengths: np.ndarray) -> np.ndarray:
 
 def _trimmed_mean(vals: np.ndarray) -> np.ndarray:
     """α-trimmed mean (α = 0.3) of the non-NaN values of each row: mean of sorted[T : M-T], T = ⌊αM⌋."""
-    s = np.sort(vals, axis=1)  # NaN sorts last
     m = (~np.isnan(vals)).sum(axis=1)
+    full = m == vals.shape[1]
+    if full.all() and len(m):
+        return _trimmed_full(vals)
+    out = _trimmed_general(vals, m)
+    if full.any():  # the path depends only on the row's own window, so results never depend on batching
+        out[full] = _trimmed_full(vals[full])
+    return out
+
+
+def _trimmed_full(vals: np.ndarray) -> np.ndarray:
+    """Trimmed mean of full windows: a partial sort finds the kept middle."""
+    w = vals.shape[1]
+    t = int(np.floor(_TRIM * w))
+    part = np.partition(vals, [t, w - t - 1], axis=1) if t else vals
+    return part[:, t : w - t].mean(axis=1)
+
+
+def _trimmed_general(vals: np.ndarray, m: np.ndarray) -> np.ndarray:
+    s = np.sort(vals, axis=1)  # NaN sorts last
     t = np.floor(_TRIM * m).astype(np.int64)
     cs = np.concatenate([np.zeros((len(s), 1)), np.cumsum(np.nan_to_num(s), axis=1)], axis=1)
     rows = np.arange(len(s))

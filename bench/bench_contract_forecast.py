@@ -1,0 +1,131 @@
+"""Contract evaluation (samples/s, 4 dimensions) and NWS forecasting (series-updates/s) on column
+batches, each next to the same operator fed one record at a time (the per-record baseline).
+
+    python -m bench.bench_contract_forecast
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import numpy as np
+
+from bench.common import write_result
+from perfsift.operators import Batch, ContractMonitor, ForecastBank
+from perfsift.operators.contract import derive_contract
+from perfsift.producers.synth import master_worker
+from perfsift.schemas import samples_to_batch
+
+SPACES = {
+    "intrinsic": ["instructions_per_s/flops_per_s", "messages_per_s/bytes_per_s"],
+    "execution": ["instructions_per_s", "messages_per_s"],
+}
+
+
+def rate(fn, count: int, repeat: int = 3) -> float:  # type: ignore[no-untyped-def]
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return count / statistics.median(times)
+
+
+def bench_contract() -> dict:
+    contract = derive_contract(samples_to_batch(master_worker(seed=1)[0]), SPACES)
+    run = samples_to_batch(master_worker(nodes=256, duration=40, seed=2, load_node=3, load_start=10)[0])
+    mon = ContractMonitor(contract)
+    mon.update(run.take(np.arange(256)))
+    batched = rate(lambda: mon.update(run), len(run))
+    rows = [run.take([i]) for i in range(400)]
+    one = ContractMonitor(contract)
+    per_record = rate(lambda: [one.update(r) for r in rows], len(rows))
+    return {
+        "samples": len(run),
+        "nodes": 256,
+        "dimensions": 4,
+        "batched_samples_per_s": batched,
+        "per_record_samples_per_s": per_record,
+        "speedup": batched / per_record,
+    }
+
+
+def bench_forecast(nodes: int = 1000, metrics: int = 12, steps: int = 10) -> dict:
+    rng = np.random.default_rng(0)
+    k = nodes * steps
+    b = Batch.from_columns(
+        ts=np.repeat(np.arange(steps, dtype=float), nodes),
+        nodes=[f"n{i % nodes}" for i in range(k)],
+        metrics=[f"m{j}" for j in range(metrics)],
+        values=rng.normal(100, 10, (k, metrics)),
+    )
+    bank = ForecastBank()
+    bank.update(b.take(np.arange(nodes)))
+    batched = rate(lambda: bank.update(b), k * metrics, repeat=2)
+    rows = [b.take([i]) for i in range(150)]
+    one = ForecastBank()
+    per_record = rate(lambda: [one.update(r) for r in rows], len(rows) * metrics, repeat=2)
+    return {
+        "nodes": nodes,
+        "metrics": metrics,
+        "steps": steps,
+        "batched_series_updates_per_s": batched,
+        "per_record_series_updates_per_s": per_record,
+        "speedup": batched / per_record,
+        "state_bytes_per_series": int(sum(getattr(bank, a + "_")[:1].nbytes for a in bank._ARRAYS)),
+    }
+
+
+def main() -> None:
+    c = bench_contract()
+    print(
+        f"contract: {c['batched_samples_per_s']:,.0f} samples/s batched, {c['per_record_samples_per_s']:,.0f} "
+        f"per record ({c['speedup']:.0f}x)"
+    )
+    f = bench_forecast()
+    print(
+        f"forecast: {f['batched_series_updates_per_s']:,.0f} series-updates/s batched, "
+        f"{f['per_record_series_updates_per_s']:,.0f} per record ({f['speedup']:.0f}x)"
+    )
+    path = write_result(
+        "contract_forecast",
+        {
+            "benchmark": "contract evaluation and NWS forecasting on column batches",
+            "script": "bench_contract_forecast",
+            "contract": c,
+            "forecast": f,
+            "rows": [
+                {
+                    "measure": "contract, 4 dims, 256 nodes x 40 rows per batch",
+                    "value": f"{c['batched_samples_per_s']:,.0f} samples/s",
+                    "target": ">= 200,000 samples/s",
+                },
+                {
+                    "measure": "contract, one record per update (baseline)",
+                    "value": f"{c['per_record_samples_per_s']:,.0f} samples/s",
+                    "target": "",
+                },
+                {
+                    "measure": "forecast, 18 primaries + 16 selectors, 1000 nodes x 12 metrics per step",
+                    "value": f"{f['batched_series_updates_per_s']:,.0f} series-updates/s",
+                    "target": ">= 1,000,000",
+                },
+                {
+                    "measure": "forecast, one record per update (baseline)",
+                    "value": f"{f['per_record_series_updates_per_s']:,.0f} series-updates/s",
+                    "target": "",
+                },
+                {
+                    "measure": "forecast state per series",
+                    "value": f"{f['state_bytes_per_series']:,} bytes",
+                    "target": "",
+                },
+            ],
+        },
+    )
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
