@@ -10,12 +10,12 @@ import statistics
 import time
 
 import numpy as np
-
-from bench.common import write_result
 from perfsift.operators import Batch, ContractMonitor, ForecastBank
 from perfsift.operators.contract import derive_contract
 from perfsift.producers.synth import master_worker
 from perfsift.schemas import samples_to_batch
+
+from bench.common import write_result
 
 SPACES = {
     "intrinsic": ["instructions_per_s/flops_per_s", "messages_per_s/bytes_per_s"],

@@ -23,13 +23,15 @@ from perfsift.streams.config import (
     kafka_properties,
     load_pipeline,
     parse_props,
+    parse_settings,
 )
+from perfsift.streams.http import HealthServer
 from perfsift.streams.logs import kafka_logger
 from perfsift.streams.publish import publish_samples
 from perfsift.streams.runner import DEADLETTER_TOPIC, STATE_TOPIC, StageError, StageRunner, run_in_thread
 from perfsift.streams.tools import contract_app
 from perfsift.streams.tools import forecast as forecast_command
-from perfsift.streams.topics import create_pipeline_topics
+from perfsift.streams.topics import create_pipeline_topics, pipeline_topics
 from perfsift.streams.ui import console, fail, out
 from rich.live import Live
 from rich.table import Table
@@ -57,7 +59,12 @@ PropsOpt = Annotated[
     typer.Option("--kafka-prop", "-X", help="librdkafka property key=value (repeatable), e.g. for SASL/TLS."),
 ]
 ConfigOpt = Annotated[
-    Path | None, typer.Option("--config", "-c", help="Pipeline YAML (default: the packaged pipeline.yaml).")
+    Path | None,
+    typer.Option("--config", "-c", envvar="PERFSIFT_CONFIG", help="Pipeline YAML (default: the packaged one)."),
+]
+SetOpt = Annotated[
+    list[str] | None,
+    typer.Option("--set", help="Override a pipeline setting, e.g. --set partitions=12 (beats YAML and PERFSIFT_*)."),
 ]
 
 
@@ -69,9 +76,9 @@ def _setup_logging(verbose: bool) -> None:
     logging.getLogger("perfsift.kafka").setLevel(logging.ERROR if not verbose else logging.INFO)
 
 
-def _pipeline(config: Path | None) -> PipelineConfig:
+def _pipeline(config: Path | None, settings: list[str] | None = None) -> PipelineConfig:
     try:
-        return load_pipeline(config)
+        return load_pipeline(config, overrides=parse_settings(settings))
     except ConfigError as exc:
         raise fail(str(exc)) from None
 
@@ -138,8 +145,27 @@ def broker(
 
 
 @app.command()
+def topics(
+    bootstrap: BootstrapOpt = None,
+    kafka_prop: PropsOpt = None,
+    config: ConfigOpt = None,
+    settings: SetOpt = None,
+) -> None:
+    """Create the pipeline's topics that do not exist yet (partitions, retention, compaction)."""
+    cfg = _pipeline(config, settings)
+    if not bootstrap:
+        raise fail("topics needs --bootstrap (or PERFSIFT_BOOTSTRAP)")
+    created = create_pipeline_topics(cfg, kafka_properties(bootstrap, parse_props(kafka_prop)))
+    names, _ = pipeline_topics(cfg)
+    out.print(f"{len(created)} topics created, {len(names) - len(created)} existed: {', '.join(names)}")
+
+
+@app.command()
 def produce(
-    file: Annotated[Path, typer.Argument(help="JSONL file of samples (.gz accepted).", exists=True, dir_okay=False)],
+    file: Annotated[
+        Path | None, typer.Argument(help="JSONL file of samples (.gz accepted).", exists=True, dir_okay=False)
+    ] = None,
+    demo: Annotated[bool, typer.Option("--demo", help="Publish the bundled demo trace instead of FILE.")] = False,
     topic: Annotated[str, typer.Option("--topic", "-t", help="Topic to publish to.")] = "perf.raw",
     bootstrap: BootstrapOpt = None,
     kafka_prop: PropsOpt = None,
@@ -148,9 +174,13 @@ def produce(
     """Publish JSONL samples to a topic, keyed by node; seq is numbered per (job, node) where absent."""
     if not bootstrap:
         raise fail("produce needs --bootstrap (or PERFSIFT_BOOTSTRAP); start one with `perfsift broker`")
+    if (file is None) == (not demo):
+        raise fail("give a FILE or --demo (not both)")
+    path = demo_trace_path() if demo else file
+    assert path is not None
     props = kafka_properties(bootstrap, parse_props(kafka_prop))
     errors: list[RecordError] = []
-    samples = number_samples(iter_jsonl_samples(file, errors.append), job)
+    samples = number_samples(iter_jsonl_samples(path, errors.append), job)
     n = publish_samples(props, topic, samples, console=console)
     out.print(f"published {n} samples to {topic}; {len(errors)} lines rejected")
     for e in errors[:10]:
@@ -165,10 +195,14 @@ def worker(
     config: ConfigOpt = None,
     bootstrap: BootstrapOpt = None,
     kafka_prop: PropsOpt = None,
+    settings: SetOpt = None,
     create_topics: Annotated[bool, typer.Option(help="Create missing topics at start.")] = True,
+    http_port: Annotated[
+        int, typer.Option(envvar="PERFSIFT_HTTP_PORT", help="Port of /healthz, /readyz and /metrics (0 = off).")
+    ] = 8080,
 ) -> None:
     """Run one stage of the pipeline until SIGTERM/Ctrl-C (drains, commits, exits 0)."""
-    cfg = _pipeline(config)
+    cfg = _pipeline(config, settings)
     st = cfg.stage(stage) if stage in cfg.stages else None
     if st is None:
         raise fail(f"{cfg.source}: no stage {stage!r}; stages are: {', '.join(cfg.stages)}")
@@ -179,15 +213,21 @@ def worker(
         create_pipeline_topics(cfg, props)
     runner = StageRunner(st, cfg, props)
     runner.resolve_guarantee()
+    health = HealthServer(runner, http_port).start() if http_port else None
     console.print(
         f"stage [bold]{stage}[/bold]: {cfg.topic(st.input)} -> {', '.join(cfg.topic(o) for o in st.outputs)}"
         f" ({runner.guarantee}, group {runner.group_id})"
     )
+    if health is not None:
+        console.print(f"health and metrics on :{health.port} (/healthz /readyz /metrics)")
     with _stop_on_signals(runner.stop_event):
         try:
             stats = runner.run()
         except StageError as exc:
             raise fail(str(exc), 1) from None
+        finally:
+            if health is not None:
+                health.stop()
     typer.echo(orjson.dumps(stats.as_dict()).decode(), err=True)
 
 
@@ -276,6 +316,7 @@ def run(
     ] = None,
     timeout: Annotated[float, typer.Option(help="Give up waiting for the pipeline after this many seconds.")] = 300.0,
     summary_json: Annotated[Path | None, typer.Option("--summary-json", help="Also write the summary here.")] = None,
+    settings: SetOpt = None,
 ) -> None:
     """Run the whole pipeline and replay a trace through it, then print a summary.
 
@@ -283,7 +324,7 @@ def run(
     pipeline, replays the bundled demo trace into perf.raw and waits until every stage has
     processed every record.
     """
-    cfg = _pipeline(config)
+    cfg = _pipeline(config, settings)
     trace_path = trace or demo_trace_path()
     stop = threading.Event()
     failures: list[BaseException] = []

@@ -215,6 +215,17 @@ def kafka_properties(
     return props
 
 
+def parse_settings(items: list[str] | None) -> dict[str, str]:
+    """``--set key=value`` flags -> overrides for :func:`load_pipeline` (names as in the YAML)."""
+    out = {}
+    for item in items or []:
+        key, sep, val = item.partition("=")
+        if not sep or key.strip() not in _SCALARS:
+            raise ConfigError(f"--set expects KEY=VALUE with KEY one of {', '.join(_SCALARS)}; got {item!r}")
+        out[key.strip()] = val
+    return out
+
+
 def parse_props(items: list[str] | None) -> dict[str, str]:
     """``["a.b=1", ...]`` -> ``{"a.b": "1"}`` with a clear error for a missing '='."""
     out = {}

@@ -191,6 +191,8 @@ class StageRunner:
         self.stats = StageStats(stage.name)
         self.stop_event = threading.Event()
         self.ready = threading.Event()
+        #: monotonic time the loop last came round (liveness)
+        self.last_loop = time.monotonic()
         self._parts: dict[tuple[str, int], _Partition] = {}
         self._delivery_errors: list[str] = []
         self._last_commit = time.monotonic()
@@ -202,6 +204,10 @@ class StageRunner:
         self._consumer: Consumer | None = None
         self._producer: Producer | None = None
         self._in_txn = False
+
+    def assigned(self) -> list[tuple[str, int]]:
+        """Input partitions this instance owns now."""
+        return list(self._parts)
 
     # -- life cycle --------------------------------------------------------------------------------
     def stop(self) -> None:
@@ -242,6 +248,7 @@ class StageRunner:
             last_msg = time.monotonic()
             while not self.stop_event.is_set():
                 msgs = self._consumer.consume(self.pipeline.batch_size, self.pipeline.batch_timeout_s)
+                self.last_loop = time.monotonic()
                 self.ready.set()
                 if msgs:
                     last_msg = time.monotonic()

@@ -1,0 +1,99 @@
+"""A worker's HTTP endpoints: ``/healthz`` (liveness), ``/readyz`` (readiness), ``/metrics`` (Prometheus).
+
+Metrics are read from the runner's counters at scrape time, so the processing loop pays nothing.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import TYPE_CHECKING
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from perfsift.streams.runner import StageRunner
+
+#: the loop must have come round within this many seconds for /healthz to say 200
+STALL_S = 120.0
+
+
+class _RunnerCollector(Collector):
+    def __init__(self, runner: StageRunner) -> None:
+        self.runner = runner
+
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        s, stage = self.runner.stats, self.runner.stage.name
+        for name, doc, value in (
+            ("perfsift_records_in", "records consumed", s.records_in),
+            ("perfsift_records_out", "records produced", s.records_out),
+            ("perfsift_dead_letters", "records sent to the dead-letter topic", s.dead_letters),
+            ("perfsift_batches", "micro-batches processed", s.batches),
+            ("perfsift_bytes_in", "bytes consumed", s.bytes_in),
+            ("perfsift_bytes_out", "bytes produced", s.bytes_out),
+            ("perfsift_commits", "offset commits", s.commits),
+            ("perfsift_busy_seconds", "seconds spent processing batches", s.busy_s),
+        ):
+            c = CounterMetricFamily(name, doc, labels=["stage"])
+            c.add_metric([stage], value)
+            yield c
+        lag = GaugeMetricFamily(
+            "perfsift_consumer_lag", "approximate lag per input partition", labels=["stage", "partition"]
+        )
+        for p, v in sorted(s.lag.items()):
+            lag.add_metric([stage, str(p)], v)
+        yield lag
+        g = GaugeMetricFamily("perfsift_last_batch_seconds", "latency of the last batch", labels=["stage"])
+        g.add_metric([stage], s.last_batch_ms / 1000)
+        yield g
+        a = GaugeMetricFamily("perfsift_assigned_partitions", "input partitions assigned", labels=["stage"])
+        a.add_metric([stage], len(self.runner.assigned()))
+        yield a
+
+
+class HealthServer:
+    """Serves the endpoints of one runner on ``host:port`` in a daemon thread (port 0 = any free port)."""
+
+    def __init__(self, runner: StageRunner, port: int, host: str = "0.0.0.0") -> None:
+        registry = CollectorRegistry()
+        registry.register(_RunnerCollector(runner))
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                path = self.path.split("?", 1)[0]
+                if path == "/healthz":
+                    stalled = time.monotonic() - runner.last_loop > STALL_S
+                    self._send(503 if stalled else 200, b"stalled\n" if stalled else b"ok\n")
+                elif path == "/readyz":
+                    ready = runner.ready.is_set() and not runner.stop_event.is_set()
+                    self._send(200 if ready else 503, b"ready\n" if ready else b"not ready\n")
+                elif path == "/metrics":
+                    self._send(200, generate_latest(registry), CONTENT_TYPE_LATEST)
+                else:
+                    self._send(404, b"try /healthz, /readyz or /metrics\n")
+
+            def _send(self, code: int, body: bytes, ctype: str = "text/plain; charset=utf-8") -> None:
+                self.send_response(code)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer((host, port), Handler)
+        self.port = int(self.server.server_address[1])
+        self.thread = threading.Thread(target=self.server.serve_forever, name="health", daemon=True)
+
+    def start(self) -> HealthServer:
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()

@@ -1,0 +1,78 @@
+"""What the container runs, run here without Docker: the image's entrypoint command line with
+Kafka settings from the environment, against the embedded broker."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+from perfsift.streams.broker import free_port
+from perfsift.streams.config import load_pipeline
+from perfsift.streams.publish import publish_samples
+from perfsift.streams.topics import create_pipeline_topics
+
+from tests.conftest import read_topic
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.integration
+
+
+def get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def test_container_command_line_becomes_ready_processes_and_stops_on_sigterm(kafka: dict, prefix: str) -> None:
+    config = ROOT / "k8s" / "base" / "pipeline.yaml"  # what the ConfigMap mounts at /etc/perfsift
+    port = free_port()
+    env = {
+        **os.environ,
+        "PERFSIFT_BOOTSTRAP": kafka["bootstrap.servers"],
+        "PERFSIFT_HTTP_PORT": str(port),
+        "PERFSIFT_TOPIC_PREFIX": prefix,
+        "PERFSIFT_COMMIT_INTERVAL_S": "0.2",
+        "PERFSIFT_KAFKA_CLIENT_ID": "entrypoint-test",
+    }
+    cfg = load_pipeline(config, env=env)
+    create_pipeline_topics(cfg, kafka)
+    # ENTRYPOINT ["perfsift"] + args of the Deployment
+    cmd = [sys.executable, "-m", "perfsift", "worker", "smooth", "--config", str(config)]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        status = 0
+        while time.monotonic() < deadline:
+            try:
+                status, _ = get(f"http://127.0.0.1:{port}/readyz")
+            except OSError:
+                status = 0
+            if status == 200:
+                break
+            assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
+            time.sleep(0.2)
+        assert status == 200
+        assert get(f"http://127.0.0.1:{port}/healthz")[0] == 200
+        samples = [{"ts": 1.0 + i, "node": f"n{i % 3}", "seq": i // 3, "metrics": {"x": float(i)}} for i in range(90)]
+        publish_samples(kafka, cfg.topic("perf.raw"), samples)
+        out = read_topic(kafka, cfg.topic("perf.smoothed"), lambda r: len(r) >= 90)
+        assert len(out) == 90
+        code, metrics = get(f"http://127.0.0.1:{port}/metrics")
+        assert code == 200 and 'perfsift_records_in_total{stage="smooth"} 90.0' in metrics
+        assert get(f"http://127.0.0.1:{port}/nope")[0] == 404
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        rc = proc.wait(30)
+    log = proc.stdout.read() if proc.stdout else ""
+    assert rc == 0, log
+    assert "at_least_once" in log  # the embedded broker is recognised
+    assert '"records_in":90' in log

@@ -1,0 +1,241 @@
+"""Deployment files: Dockerfile (hadolint), YAML (yamllint), every rendered manifest against the
+Kubernetes schema (kubernetes-validate) and the published Strimzi/KEDA CRD schemas, and their
+consistency with the pipeline."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+from perfsift.streams.config import load_pipeline
+from perfsift.streams.topics import pipeline_topics
+
+from tests.deploy.kustomize import render
+
+ROOT = Path(__file__).resolve().parents[2]
+K8S = ROOT / "k8s"
+OVERLAYS = ["dev", "prod"]
+CRD_KINDS = {"KafkaTopic", "ScaledObject", "TriggerAuthentication"}
+K8S_VERSION = "1.30.0"
+
+
+def tool(name: str) -> str:
+    path = shutil.which(name, path=str(Path(sys.executable).parent)) or shutil.which(name)
+    if path is None:
+        pytest.fail(f"{name} is not installed (it is in the [test] extra)")
+    return path
+
+
+@pytest.fixture(scope="module", params=OVERLAYS)
+def rendered(request: pytest.FixtureRequest) -> tuple[str, list[dict[str, Any]]]:
+    return request.param, render(K8S / "overlays" / request.param)
+
+
+def test_dockerfile_passes_hadolint() -> None:
+    r = subprocess.run([tool("hadolint"), str(ROOT / "docker" / "Dockerfile")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_image_version_matches_the_package() -> None:
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert f"ARG PERFSIFT_VERSION={version}" in (ROOT / "docker" / "Dockerfile").read_text()
+    for overlay in OVERLAYS:
+        images = {c["image"] for d in render(K8S / "overlays" / overlay) for c in _containers(d)}
+        assert images == {f"ghcr.io/perfsift/perfsift:{version}"}
+
+
+def test_yaml_files_pass_yamllint() -> None:
+    files = [str(p) for p in [*K8S.rglob("*.yaml"), *(ROOT / "docker").glob("*.yaml")] if "node_modules" not in str(p)]
+    conf = "{extends: default, rules: {line-length: {max: 120}, document-start: disable, truthy: {check-keys: false}}}"
+    r = subprocess.run([tool("yamllint"), "-s", "-d", conf, *files], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_core_resources_match_the_kubernetes_schema(rendered: tuple[str, list[dict]]) -> None:
+    _, docs = rendered
+    core = [d for d in docs if d["kind"] not in CRD_KINDS]
+    assert {d["kind"] for d in core} >= {
+        "Namespace",
+        "ServiceAccount",
+        "ConfigMap",
+        "Deployment",
+        "Job",
+        "PodDisruptionBudget",
+        "NetworkPolicy",
+    }
+    for d in core:
+        kubernetes_validate.validate(d, K8S_VERSION, strict=True)
+
+
+@pytest.fixture(scope="module")
+def crd_validator() -> Path:
+    schemas = K8S / "schemas"
+    if not (schemas / "node_modules" / "@kubernetes-models").exists():
+        npm = tool("npm")
+        r = subprocess.run(
+            [npm, "ci", "--no-audit", "--no-fund"], cwd=schemas, capture_output=True, text=True, timeout=300
+        )
+        assert r.returncode == 0, f"npm ci failed in {schemas}:\n{r.stdout}{r.stderr}"
+    return schemas
+
+
+def test_custom_resources_match_the_published_crds(rendered: tuple[str, list[dict]], crd_validator: Path) -> None:
+    _, docs = rendered
+    crs = [d for d in docs if d["kind"] in CRD_KINDS]
+    r = subprocess.run(
+        [tool("node"), "validate.mjs"],
+        cwd=crd_validator,
+        input=json.dumps(crs),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 0, r.stderr
+    results = [json.loads(line) for line in r.stdout.splitlines()]
+    assert len(results) == len(crs)
+    assert [x for x in results if x["error"]] == []
+
+
+def test_the_crd_validator_rejects_a_bad_resource(crd_validator: Path) -> None:
+    bad = [
+        {
+            "apiVersion": "kafka.strimzi.io/v1beta2",
+            "kind": "KafkaTopic",
+            "metadata": {"name": "x"},
+            "spec": {"partitions": 0},
+        }
+    ]
+    r = subprocess.run(
+        [tool("node"), "validate.mjs"],
+        cwd=crd_validator,
+        input=json.dumps(bad),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert "partitions must be >= 1" in json.loads(r.stdout)["error"]
+
+
+def _env(container: dict) -> dict[str, str]:
+    return {e["name"]: e.get("value", "<from secret>") for e in container.get("env", [])}
+
+
+def _containers(doc: dict) -> list[dict]:
+    return doc.get("spec", {}).get("template", {}).get("spec", {}).get("containers", [])
+
+
+def test_every_stage_has_a_deployment_and_every_topic_a_kafkatopic(rendered: tuple[str, list[dict]]) -> None:
+    overlay, docs = rendered
+    (cm,) = [d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "perfsift-pipeline"]
+    pipeline_file = Path(K8S / "base" / "pipeline.yaml")
+    assert cm["data"]["pipeline.yaml"] == pipeline_file.read_text()
+    deployments = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Deployment"}
+    for d in deployments.values():
+        (c,) = _containers(d)
+        env = {
+            k: v
+            for k, v in _env(c).items()
+            if k.startswith("PERFSIFT_")
+            and not k.startswith("PERFSIFT_KAFKA_")
+            and k not in ("PERFSIFT_BOOTSTRAP", "PERFSIFT_HTTP_PORT", "PERFSIFT_CONFIG")
+        }
+        cfg = load_pipeline(pipeline_file, env=env)
+        stage = c["args"][1]
+        assert c["args"] == ["worker", stage, "--config", "/etc/perfsift/pipeline.yaml"]
+        assert d["metadata"]["name"] == f"perfsift-{stage}"
+        topics = {t["spec"]["topicName"]: t for t in docs if t["kind"] == "KafkaTopic"}
+        names, compacted = pipeline_topics(cfg)
+        assert set(topics) == set(names), overlay
+        for name, t in topics.items():
+            assert t["spec"]["partitions"] == cfg.partitions, (overlay, name)
+            assert (t["spec"]["config"]["cleanup.policy"] == "compact") == (name in compacted)
+        assert topics["perf.selection"]["spec"]["config"]["cleanup.policy"] == "compact"
+        scaled = {s["spec"]["scaleTargetRef"]["name"]: s for s in docs if s["kind"] == "ScaledObject"}
+        so = scaled[d["metadata"]["name"]]
+        assert so["spec"]["maxReplicaCount"] <= cfg.partitions
+        assert so["spec"]["triggers"][0]["metadata"]["topic"] == cfg.stage(stage).input
+        assert so["spec"]["triggers"][0]["metadata"]["consumerGroup"] == f"perfsift.{stage}"
+    stages = set(load_pipeline(pipeline_file).stages)
+    assert {n.removeprefix("perfsift-") for n in deployments} == stages
+
+
+def test_pods_are_locked_down(rendered: tuple[str, list[dict]]) -> None:
+    _, docs = rendered
+    for d in docs:
+        if d["kind"] not in ("Deployment", "Job"):
+            continue
+        pod = d["spec"]["template"]["spec"]
+        assert pod["securityContext"]["runAsNonRoot"] is True
+        assert pod["automountServiceAccountToken"] is False
+        for c in pod["containers"]:
+            sc = c["securityContext"]
+            assert sc["readOnlyRootFilesystem"] is True and sc["allowPrivilegeEscalation"] is False
+            assert sc["capabilities"]["drop"] == ["ALL"]
+            assert "limits" in c["resources"] and "requests" in c["resources"]
+        if d["kind"] == "Deployment":
+            (c,) = pod["containers"]
+            assert c["livenessProbe"]["httpGet"]["path"] == "/healthz"
+            assert c["readinessProbe"]["httpGet"]["path"] == "/readyz"
+            assert d["spec"]["template"]["metadata"]["annotations"]["prometheus.io/scrape"] == "true"
+            assert pod["topologySpreadConstraints"]
+
+
+def test_prod_credentials_come_from_secrets_only() -> None:
+    docs = render(K8S / "overlays" / "prod")
+    for d in docs:
+        for c in _containers(d):
+            env = {e["name"]: e for e in c.get("env", [])}
+            for key in ("PERFSIFT_KAFKA_SASL_USERNAME", "PERFSIFT_KAFKA_SASL_PASSWORD"):
+                assert env[key]["valueFrom"]["secretKeyRef"]["name"] == "perfsift-kafka"
+            assert env["PERFSIFT_KAFKA_SECURITY_PROTOCOL"]["value"] == "SASL_SSL"
+    assert not [d for d in docs if d["kind"] == "Secret"]
+    for d in docs:
+        if d["kind"] == "ConfigMap":
+            assert not re.search(r"(?i)password|sasl\.|secret", json.dumps(d["data"]))
+
+
+SECRETISH = re.compile(r"""(?ix)
+    \b(password|passwd|secret|token|api[_-]?key|private[_-]?key)\s*[:=]\s*["']?(?!\s*$)(?![{<$])[^\s"']{6,}
+    | -----BEGIN\ [A-Z ]*PRIVATE\ KEY-----
+    | AKIA[0-9A-Z]{16}
+""")
+
+
+def test_no_secret_material_is_committed() -> None:
+    files = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    hits = []
+    for f in files:
+        p = ROOT / f
+        if (p.suffix not in (".yaml", ".yml", ".json", ".toml", ".env", ".md") and p.name != "Dockerfile") or (
+            "lock" in p.name
+        ):
+            continue
+        for i, line in enumerate(p.read_text(errors="replace").splitlines(), 1):
+            m = SECRETISH.search(line)
+            if m and "secretKeyRef" not in line and "SECRETISH" not in line:
+                hits.append(f"{f}:{i}: {line.strip()[:100]}")
+    assert hits == []
+
+
+def test_base_pipeline_is_the_packaged_default() -> None:
+    assert (K8S / "base" / "pipeline.yaml").read_text() == (ROOT / "streams" / "pipeline.yaml").read_text()
+    assert yaml.safe_load((ROOT / "docker" / "compose.yaml").read_text())["services"]["kafka"]["image"].startswith(
+        "apache/kafka:"
+    )
+
+
+def test_the_secret_scan_finds_planted_secrets() -> None:
+    assert SECRETISH.search("  password: hunter2hunter2")
+    assert SECRETISH.search('sasl.password="s3cr3t-value"')
+    assert SECRETISH.search("-----BEGIN RSA PRIVATE KEY-----")
+    assert not SECRETISH.search("  password: ${KAFKA_PASSWORD}")
+    assert not SECRETISH.search("      key: password")
