@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from perfsift.operators import Batch, ContractMonitor, Ewma, ForecastBank, Operator, SlidingMean
+from perfsift.operators import ContractMonitor, Ewma, ForecastBank, Operator, SlidingMean
 from perfsift.operators.contract import contract_records
 from perfsift.operators.forecast import forecast_records
+from perfsift.operators.selection import DataReduction
 
 #: operator names usable in a pipeline file -> class
 OPERATORS: dict[str, type[Operator]] = {
@@ -25,14 +26,16 @@ OPERATORS: dict[str, type[Operator]] = {
     "ewma": Ewma,
     "forecast": ForecastBank,
     "contract": ContractMonitor,
+    "data_reduction": DataReduction,
 }
 
-#: what a stage publishes: the record schema and how to turn the chain's output batch into records
-#: (None = samples, encoded column-wise)
-EMITTERS: dict[str, tuple[str, Callable[[Batch], list[dict[str, Any]]] | None]] = {
-    "samples": ("sample", None),
-    "contract": ("contract", contract_records),
-    "forecast": ("forecast", forecast_records),
+#: what a stage publishes: the record schema, how to turn the chain's output into records (None =
+#: samples, encoded column-wise) and the record field that keys the Kafka message
+EMITTERS: dict[str, tuple[str, Callable[[Any], list[dict[str, Any]]] | None, str]] = {
+    "samples": ("sample", None, "node"),
+    "contract": ("contract", contract_records, "node"),
+    "forecast": ("forecast", forecast_records, "node"),
+    "selection": ("selection", list, "job"),  # DataReduction already returns selection records
 }
 
 GUARANTEES = ("auto", "at_least_once", "exactly_once")

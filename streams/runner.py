@@ -343,16 +343,17 @@ class StageRunner:
         part.next_offset = _where(ms[-1])[2] + 1
         part.dirty = True
 
-    def _emit(self, out: Batch) -> None:
-        schema, to_records = EMITTERS[self.stage.emit]
+    def _emit(self, out: Batch | list[dict[str, Any]]) -> None:
+        schema, to_records, key_field = EMITTERS[self.stage.emit]
         if to_records is None:
+            assert isinstance(out, Batch), f"stage {self.stage.name}: emit samples needs a batch"
             encoded = encode_batch(out, self.pipeline.encoding)
             node_keys = [n.encode() for n in out.nodes]
             keys = [node_keys[i] for i in out.node_idx.tolist()]
         else:
             records = to_records(out)
             encoded = encode_records(records, self.pipeline.encoding, schema)
-            keys = [r["node"].encode() for r in records]
+            keys = [str(r[key_field]).encode() for r in records]
         for topic in self._out_topics:
             for value, key in zip(encoded, keys, strict=True):
                 self._produce(topic, value, key)
@@ -532,10 +533,12 @@ class StageRunner:
         return found
 
 
-def _run_chain(chain: list[Operator], batch: Batch) -> Batch:
+def _run_chain(chain: list[Operator], batch: Batch) -> Batch | list[dict[str, Any]]:
+    out: Batch | list[dict[str, Any]] = batch
     for op in chain:
-        batch = op.update(batch)
-    return batch
+        assert isinstance(out, Batch), "only the last operator of a chain may emit records"
+        out = op.update(out)
+    return out
 
 
 def run_in_thread(
