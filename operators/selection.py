@@ -229,9 +229,18 @@ def _step2(
     ix = {n: j for j, n in enumerate(names)}
     reps = cl.representatives
     xr = x[:, [ix[r] for r in reps]] if reps else np.empty((len(x), 0))
-    complete = ~np.isnan(xr).any(axis=1) & ~np.isnan(y)
-    xd, terms, centers = design(xr[complete], reps, quadratic)
-    reg = backward_elimination(xd, y[complete], terms, f_out, centers)
+    has_y = ~np.isnan(y)
+    xr, yr = xr[has_y], y[has_y]
+    # [design choice] with hundreds of representatives, scattered gaps would leave no complete row:
+    # a missing value takes its column's mean over the window (counted in the diagnostics)
+    missing = np.isnan(xr)
+    imputed = int(missing.sum())
+    if imputed:
+        with np.errstate(all="ignore"):
+            col_mean = np.nanmean(xr, axis=0) if len(xr) else np.zeros(xr.shape[1])
+        xr = np.where(missing, np.nan_to_num(col_mean)[None, :], xr)
+    xd, terms, centers = design(xr, reps, quadratic)
+    reg = backward_elimination(xd, yr, terms, f_out, centers)
     scores = {n: (0.0 if not np.isfinite(r_y[j]) else float(abs(r_y[j]))) for j, n in enumerate(names)}
     for z in cl.zero_variation:
         scores[z] = 0.0
@@ -254,6 +263,7 @@ def _step2(
         "history": reg.history,
         "scores": scores,
         "skipped": reg.skipped,
+        "imputed": imputed,
         "flags": cl.flags,
         "clustering": cl,
     }

@@ -31,6 +31,7 @@ from perfsift.streams.publish import publish_samples
 from perfsift.streams.runner import DEADLETTER_TOPIC, STATE_TOPIC, StageError, StageRunner, run_in_thread
 from perfsift.streams.tools import contract_app
 from perfsift.streams.tools import forecast as forecast_command
+from perfsift.streams.tools import select_metrics as select_metrics_command
 from perfsift.streams.topics import create_pipeline_topics, pipeline_topics
 from perfsift.streams.ui import console, fail, out
 from rich.live import Live
@@ -395,6 +396,7 @@ def _expected_inputs(cfg: PipelineConfig, runners: list[StageRunner], published:
 
 app.add_typer(contract_app, name="contract")
 app.command("forecast")(forecast_command)
+app.command("select-metrics")(select_metrics_command)
 
 
 def main() -> None:

@@ -19,6 +19,7 @@ from perfsift.operators.contract import (
 )
 from perfsift.operators.forecast import PRIMARIES, forecast_records
 from perfsift.operators.fuzzy import DEFAULT_RULEBASE, Rulebase, RulebaseError
+from perfsift.operators.selection import bucket_rows, reduce_metrics, refit_r2
 from perfsift.producers import iter_jsonl_samples
 from perfsift.schemas import RecordError, samples_to_batch
 from perfsift.streams.ui import console, fail, out
@@ -218,3 +219,149 @@ def forecast(
                 PRIMARIES[last] if last >= 0 else "-",
             )
     out.print(t)
+
+
+def _table_of(path: Path, perf_metric: str, interval: float) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    batch = read_trace(path)
+    if perf_metric not in batch.metrics:
+        raise fail(f"{path}: no performance metric {perf_metric!r}; the trace has {', '.join(batch.metrics)}")
+    _, x, y, names = bucket_rows(batch, interval, perf_metric)
+    return x, y, names
+
+
+def select_metrics(
+    train: Annotated[Path, typer.Argument(help="Training trace (JSONL samples).", exists=True, dir_okay=False)],
+    perf_metric: Annotated[str, typer.Option("--perf-metric", "-p", help="The application performance metric.")],
+    verify: Annotated[
+        list[Path] | None, typer.Option("--verify", "-V", help="Verification trace(s).", exists=True, dir_okay=False)
+    ] = None,
+    threshold: Annotated[float, typer.Option(help="Correlation threshold t of the redundancy test.")] = 0.9,
+    sweep: Annotated[bool, typer.Option(help="Evaluate thresholds 0.05..1.0 step 0.05 (R² and RD each).")] = False,
+    quadratic: Annotated[bool, typer.Option(help="Offer (x - c)² terms to backward elimination.")] = False,
+    f_out: Annotated[float, typer.Option(help="F-to-remove of backward elimination.")] = 2.0,
+    interval: Annotated[float, typer.Option(help="Bucket length in seconds (one regression row each).")] = 1.0,
+    main_metrics: Annotated[
+        str | None,
+        typer.Option(
+            "--main", help="Comma-separated 'usual' features to compare (MAIN), e.g. srv1/cpu_user,srv1/net_in."
+        ),
+    ] = None,
+    rand_seeds: Annotated[int, typer.Option(help="Random subsets averaged for RAND.")] = 20,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write the result as JSON.")] = None,
+    plot: Annotated[Path | None, typer.Option(help="With --sweep: PNG of R² and RD against the threshold.")] = None,
+) -> None:
+    """Statistical data reduction of a trace (Yang et al.): drop redundant metrics by correlation
+    clustering, keep those that predict the performance metric by backward elimination."""
+    x, y, names = _table_of(train, perf_metric, interval)
+    verify_tables = [_table_of(v, perf_metric, interval) for v in verify or []]
+
+    def evaluate(t: float) -> dict[str, Any]:
+        res = reduce_metrics(x, y, names, threshold=t, quadratic=quadratic, f_out=f_out)
+        res.pop("clustering")
+        res["r2_verify"] = [refit_r2(xv, yv, nv, res["terms"], res["centers"]) for xv, yv, nv in verify_tables]
+        return res
+
+    result = evaluate(threshold)
+    rng = np.random.default_rng(0)
+    live = [n for n in names if n not in result["zero_variation"]]
+    k = len(result["selected"])
+    if verify_tables and 0 < k <= len(live):
+        rand = []
+        for _ in range(rand_seeds):
+            pick = [str(p) for p in rng.choice(live, size=k, replace=False)]
+            terms = pick + ([p + "^2" for p in pick] if quadratic else [])
+            centers = {p: float(np.nanmean(x[:, names.index(p)])) for p in pick}
+            rand.append([refit_r2(xv, yv, nv, terms, centers) for xv, yv, nv in verify_tables])
+        result["rand_r2_verify"] = np.nanmean(np.array(rand), axis=0).tolist()
+    if main_metrics and verify_tables:
+        main = [m.strip() for m in main_metrics.split(",") if m.strip()]
+        unknown = [m for m in main if m not in names]
+        if unknown:
+            raise fail(f"--main names unknown features {unknown}; features look like {names[0]}")
+        result["main"] = main
+        result["main_r2_verify"] = [refit_r2(xv, yv, nv, main, {}) for xv, yv, nv in verify_tables]
+    if sweep:
+        rows = []
+        for t in np.round(np.arange(0.05, 1.0001, 0.05), 2):
+            r = evaluate(float(min(t, 0.999)))
+            rows.append(
+                {
+                    "threshold": float(t),
+                    "selected": len(r["selected"]),
+                    "reduction_degree": r["reduction_degree"],
+                    "r2_train": r["r2_train"],
+                    "r2_verify": float(np.mean(r["r2_verify"])) if r["r2_verify"] else None,
+                }
+            )
+        result["sweep"] = rows
+    result["history"] = [[t, f] for t, f in result["history"]]
+
+    t = Table(title=f"data reduction of {train.name} against {perf_metric} (t = {threshold}, F_out = {f_out})")
+    for col in ("selected feature", "term(s)", "coefficient", "cluster (removed as redundant)"):
+        t.add_column(col)
+    cluster_of = {c[0]: c[1:] for c in result["clusters"]}
+    for m in result["selected"]:
+        term_coefs = [
+            (tm, co)
+            for tm, co in zip(result["terms"], result["coefficients"], strict=True)
+            if tm.removesuffix("^2") == m
+        ]
+        t.add_row(
+            m,
+            ", ".join(tm for tm, _ in term_coefs),
+            ", ".join(f"{co:.4g}" for _, co in term_coefs),
+            ", ".join(cluster_of.get(m, [])) or "-",
+        )
+    out.print(t)
+    out.print(
+        f"{len(names)} features, {len(result['zero_variation'])} constant, {len(result['clusters'])} clusters, "
+        f"{len(result['selected'])} selected; R² (train) {result['r2_train']:.3f}, "
+        f"reduction degree {result['reduction_degree']:.2f}"
+    )
+    for i, r2 in enumerate(result["r2_verify"]):
+        extra = ""
+        if "rand_r2_verify" in result:
+            extra += f", RAND {result['rand_r2_verify'][i]:.3f}"
+        if "main_r2_verify" in result:
+            extra += f", MAIN {result['main_r2_verify'][i]:.3f}"
+        out.print(f"verify {verify[i].name if verify else i}: R² {r2:.3f}{extra}")
+    if sweep:
+        st = Table(title="threshold sweep")
+        for col in ("t", "selected", "RD", "R² train", "R² verify"):
+            st.add_column(col, justify="right")
+        for r in result["sweep"]:
+            st.add_row(
+                f"{r['threshold']:.2f}",
+                str(r["selected"]),
+                f"{r['reduction_degree']:.2f}",
+                f"{r['r2_train']:.3f}",
+                "-" if r["r2_verify"] is None else f"{r['r2_verify']:.3f}",
+            )
+        out.print(st)
+        if plot:
+            plot_sweep(result["sweep"], plot)
+            out.print(f"plot written to {plot}")
+    if json_out:
+        json_out.write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
+
+
+def plot_sweep(rows: list[dict[str, Any]], path: Path) -> None:
+    """R² and reduction degree against the correlation threshold (the paper's Figures 2 and 4)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    t = [r["threshold"] for r in rows]
+    fig, ax = plt.subplots(figsize=(7, 3.8))
+    ax.plot(t, [r["r2_train"] for r in rows], "o-", label="R² (train)")
+    if rows[0]["r2_verify"] is not None:
+        ax.plot(t, [r["r2_verify"] for r in rows], "s-", label="R² (verify, mean)")
+    ax.plot(t, [r["reduction_degree"] for r in rows], "^-", label="reduction degree")
+    ax.set_xlabel("correlation threshold t")
+    ax.set_ylim(-0.05, 1.05)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

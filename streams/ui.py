@@ -7,7 +7,7 @@ from rich.console import Console
 from rich.markup import escape
 
 console = Console(stderr=True)
-out = Console()
+out = Console(soft_wrap=True)  # result lines stay whole when piped or grepped
 
 
 def fail(msg: str, code: int = 2) -> typer.Exit:

@@ -4,17 +4,22 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from perfsift.operators.redundancy import PairwiseMoments, cluster_features, constant_features, fisher_z
 from perfsift.operators.selection import DataReduction, backward_elimination, bucket_rows, reduce_metrics, refit_r2
 from perfsift.producers.synth import gridftp
 from perfsift.schemas import samples_to_batch
 
 
-@pytest.mark.parametrize(("n", "r", "t", "z", "redundant"), [
-    (30, 0.90, 0.8, 1.9413, True), (30, 0.85, 0.8, 0.8186, False), (100, 0.85, 0.8, 1.5516, False),
-    (30, -0.95, 0.8, 3.8097, True), (10, 0.99, 0.9, 3.1073, True),
-])
+@pytest.mark.parametrize(
+    ("n", "r", "t", "z", "redundant"),
+    [
+        (30, 0.90, 0.8, 1.9413, True),
+        (30, 0.85, 0.8, 0.8186, False),
+        (100, 0.85, 0.8, 1.5516, False),
+        (30, -0.95, 0.8, 3.8097, True),
+        (10, 0.99, 0.9, 3.1073, True),
+    ],
+)
 def test_fisher_z_table(n: int, r: float, t: float, z: float, redundant: bool) -> None:
     assert float(fisher_z(r, n, t)) == pytest.approx(z, abs=1e-4)
     assert (float(fisher_z(r, n, t)) > 1.644854) == redundant
@@ -39,8 +44,9 @@ def toy(n: int = 500, seed: int = 0, offset: float = 0.0) -> tuple[np.ndarray, l
 def cluster(pm: PairwiseMoments) -> dict:
     s = pm.stats()
     const = constant_features(s["count"][:5], s["mean"][:5], s["sd"][:5])
-    return cluster_features(list("abcde"), s["r"][:5, :5], s["n"][:5, :5], s["r"][:5, 5], const,
-                            s["sd"][:5] ** 2).as_dict()
+    return cluster_features(
+        list("abcde"), s["r"][:5, :5], s["n"][:5, :5], s["r"][:5, 5], const, s["sd"][:5] ** 2
+    ).as_dict()
 
 
 def test_clustering_toy() -> None:
@@ -130,8 +136,19 @@ def test_partial_f_equals_t_squared_and_the_sweep_matches_fresh_fits() -> None:
         assert f == pytest.approx(t2[remaining.index(j)], rel=1e-9)
         assert f == pytest.approx(t2.min(), rel=1e-9)
         remaining.remove(j)
-    assert reg.r2 == pytest.approx(1 - np.sum((y - np.c_[np.ones(120), x[:, remaining]] @ np.linalg.lstsq(
-        np.c_[np.ones(120), x[:, remaining]], y, rcond=None)[0]) ** 2) / np.sum((y - y.mean()) ** 2), rel=1e-9)
+    assert reg.r2 == pytest.approx(
+        1
+        - np.sum(
+            (
+                y
+                - np.c_[np.ones(120), x[:, remaining]]
+                @ np.linalg.lstsq(np.c_[np.ones(120), x[:, remaining]], y, rcond=None)[0]
+            )
+            ** 2
+        )
+        / np.sum((y - y.mean()) ** 2),
+        rel=1e-9,
+    )
 
 
 def test_exactly_collinear_columns_are_dropped_not_fatal() -> None:
@@ -168,8 +185,15 @@ def test_planted_structure_is_recovered_and_beats_random_subsets() -> None:
         live = [n for n in names if n not in res["zero_variation"]]
         for _ in range(10):
             pick = list(rng.choice(live, size=len(res["selected"]), replace=False))
-            rand_r2.append(refit_r2(xv, yv, nv, pick + [p + "^2" for p in pick],
-                                    {p: float(np.nanmean(x[:, names.index(p)])) for p in pick}))
+            rand_r2.append(
+                refit_r2(
+                    xv,
+                    yv,
+                    nv,
+                    pick + [p + "^2" for p in pick],
+                    {p: float(np.nanmean(x[:, names.index(p)])) for p in pick},
+                )
+            )
     assert min(sel_r2) >= 0.9
     assert np.mean(rand_r2) < np.mean(sel_r2) - 0.3
 
@@ -195,7 +219,7 @@ def stream_batches(samples: list[dict], size: int = 700) -> list:
 
 
 def test_streaming_operator_emits_versioned_selections_without_flapping() -> None:
-    s, truth = gridftp(seed=3, duration=1500)
+    s, _ = gridftp(seed=3, duration=1500)
     op = DataReduction(perf_metric="transfer_rate", window=400, quadratic=True, f_out=6.63)
     recs = [r for b in stream_batches(s) for r in op.update(b)]
     assert recs, "no selection was emitted"

@@ -1,0 +1,76 @@
+"""perfsift select-metrics, as a user runs it on archived traces."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+from perfsift.producers.synth import gridftp
+
+pytestmark = pytest.mark.e2e
+
+
+def perfsift(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "perfsift", *args], capture_output=True, text=True, timeout=180)
+
+
+def write(path: Path, seed: int) -> Path:
+    path.write_bytes(b"".join(orjson.dumps(s) + b"\n" for s in gridftp(seed=seed, duration=800)[0]))
+    return path
+
+
+def test_select_metrics_with_verification_rand_main_and_sweep(tmp_path: Path) -> None:
+    train, verify = write(tmp_path / "train.jsonl", 1), write(tmp_path / "verify.jsonl", 2)
+    out, png = tmp_path / "sel.json", tmp_path / "sweep.png"
+    r = perfsift(
+        "select-metrics",
+        str(train),
+        "--perf-metric",
+        "transfer_rate",
+        "--verify",
+        str(verify),
+        "--quadratic",
+        "--f-out",
+        "6.63",
+        "--main",
+        "srv1/cpu_user,srv2/mem_free",
+        "--sweep",
+        "--plot",
+        str(png),
+        "--json",
+        str(out),
+    )
+    assert r.returncode == 0, r.stderr
+    res = json.loads(out.read_text())
+    for key in (
+        "selected",
+        "clusters",
+        "zero_variation",
+        "quadratic",
+        "threshold",
+        "r2_train",
+        "r2_verify",
+        "reduction_degree",
+        "rand_r2_verify",
+        "main_r2_verify",
+        "sweep",
+    ):
+        assert key in res
+    assert len(res["selected"]) == 3 and res["reduction_degree"] == pytest.approx(0.75)
+    assert res["r2_verify"][0] >= 0.9 > res["rand_r2_verify"][0] + 0.2
+    assert res["main_r2_verify"][0] < res["r2_verify"][0]
+    assert [round(s["threshold"], 2) for s in res["sweep"]] == [round(0.05 * i, 2) for i in range(1, 21)]
+    assert png.read_bytes()[:4] == b"\x89PNG"
+    assert "reduction degree 0.75" in r.stdout
+
+
+def test_select_metrics_errors(tmp_path: Path) -> None:
+    train = write(tmp_path / "train.jsonl", 1)
+    r = perfsift("select-metrics", str(train), "--perf-metric", "nope")
+    assert r.returncode == 2 and "no performance metric 'nope'" in r.stderr
+    r = perfsift("select-metrics", str(train), "-p", "transfer_rate", "--verify", str(train), "--main", "x/y")
+    assert r.returncode == 2 and "--main names unknown features ['x/y']" in r.stderr
