@@ -432,16 +432,18 @@ class DataReduction(Operator):
 
     def _should_recluster(self, st: _Job) -> bool:
         every = self.recluster_every or max(self.window // 10, 1)
-        if st.clustering is None:
-            return st.filled >= max(every, 10)
+        if st.clustering is None:  # the first clustering as soon as a tenth of the window is in
+            return st.filled >= max(min(every, self.window // 10), 10)
         if st.since >= every:
             return True
         s = st.moments.stats()
         if st.last_r is not None and s["r"].shape == st.last_r.shape:
             with np.errstate(invalid="ignore"):
-                if np.nanmax(np.abs(s["r"] - st.last_r), initial=0.0) > 0.1:
+                if np.nanmax(np.abs(s["r"] - st.last_r), initial=0.0) > 0.1:  # (b) correlations moved
                     return True
-        return False
+        fi = [st.moments.index[n] for n in st.names]
+        zero = {st.names[i] for i in np.nonzero(constant_features(s["count"][fi], s["mean"][fi], s["sd"][fi]))[0]}
+        return zero != set(st.clustering.zero_variation)  # (c) a metric entered or left the zero-variation set
 
     def _recluster(self, job: str, st: _Job) -> dict[str, Any] | None:
         st.since = 0

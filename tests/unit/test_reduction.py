@@ -263,3 +263,20 @@ def test_messy_traces_give_clear_outcomes_never_nan() -> None:
     # with no response at all: nothing to select against, and no record rather than a crash
     no_y = [x for x in s if x["node"] != "app"]
     assert [r for b in stream_batches(no_y) for r in DataReduction(perf_metric="transfer_rate").update(b)] == []
+
+
+def test_a_metric_leaving_the_zero_variation_set_triggers_a_recluster() -> None:
+    s, _ = gridftp(seed=8, duration=700)
+    op = DataReduction(perf_metric="transfer_rate", window=400, recluster_every=10_000)  # (a) never fires
+    batches = stream_batches(s)
+    for b in batches[:3]:
+        op.update(b)
+    first = op.jobs_["gridftp"].clustering
+    assert first is not None and "srv1/forks" in first.zero_variation
+    rng = np.random.default_rng(0)
+    for x in s:  # forks starts to vary
+        if x["node"] == "srv1" and x["seq"] >= 450:
+            x["metrics"]["forks"] = 3.0 + rng.normal()
+    for b in stream_batches([x for x in s if x["seq"] >= 300])[1:]:
+        op.update(b)
+    assert "srv1/forks" not in op.jobs_["gridftp"].clustering.zero_variation
