@@ -88,41 +88,32 @@ def crd_validator() -> Path:
     return schemas
 
 
+def validate_crs(crs: list[dict], validator: Path) -> list[dict]:
+    """Run the published-CRD validators on custom resources: one {kind, name, error} per resource."""
+    r = subprocess.run(
+        [tool("node"), "validate.mjs"], cwd=validator, input=json.dumps(crs), capture_output=True, text=True, timeout=60
+    )
+    assert r.returncode == 0, r.stderr
+    return [json.loads(line) for line in r.stdout.splitlines()]
+
+
 def test_custom_resources_match_the_published_crds(rendered: tuple[str, list[dict]], crd_validator: Path) -> None:
     _, docs = rendered
     crs = [d for d in docs if d["kind"] in CRD_KINDS]
-    r = subprocess.run(
-        [tool("node"), "validate.mjs"],
-        cwd=crd_validator,
-        input=json.dumps(crs),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert r.returncode == 0, r.stderr
-    results = [json.loads(line) for line in r.stdout.splitlines()]
+    results = validate_crs(crs, crd_validator)
     assert len(results) == len(crs)
     assert [x for x in results if x["error"]] == []
 
 
 def test_the_crd_validator_rejects_a_bad_resource(crd_validator: Path) -> None:
-    bad = [
-        {
-            "apiVersion": "kafka.strimzi.io/v1beta2",
-            "kind": "KafkaTopic",
-            "metadata": {"name": "x"},
-            "spec": {"partitions": 0},
-        }
-    ]
-    r = subprocess.run(
-        [tool("node"), "validate.mjs"],
-        cwd=crd_validator,
-        input=json.dumps(bad),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert "partitions must be >= 1" in json.loads(r.stdout)["error"]
+    bad = {
+        "apiVersion": "kafka.strimzi.io/v1beta2",
+        "kind": "KafkaTopic",
+        "metadata": {"name": "x"},
+        "spec": {"partitions": 0},
+    }
+    (result,) = validate_crs([bad], crd_validator)
+    assert "partitions must be >= 1" in result["error"]
 
 
 def _env(container: dict) -> dict[str, str]:
