@@ -27,6 +27,7 @@ import numpy as np
 from perfsift.operators._keyed import KeyedColumns, group_rows, grow
 from perfsift.operators.base import Operator
 from perfsift.operators.batch import Batch
+from perfsift.operators.forecast import ForecastBank
 from perfsift.operators.fuzzy import DEFAULT_RULEBASE, Rulebase, RulebaseError
 
 STATES = ("ok", "violated", "unknown")
@@ -100,6 +101,22 @@ def space_points(
     """φ-mapped points [rows, dims] of a batch in one space (NaN where unknown)."""
     cols = [_phi(d.values(batch, capability_column(batch, d.unit, capabilities))) for d in dims]
     return np.stack(cols, axis=1) if cols else np.empty((len(batch), 0))
+
+
+def baseline_capabilities(batch: Batch, unit_metrics: Mapping[str, str]) -> dict[str, dict[str, float]]:
+    """Per node, each unit's capability as the node's mean of a metric in a baseline run
+    (``{"flops": "flops_per_s"}``: a node's FLOP/s capability is the FLOP rate it sustained)."""
+    out: dict[str, dict[str, float]] = {}
+    for unit, metric in unit_metrics.items():
+        if metric not in batch.metrics:
+            raise ContractError(f"capability {unit}={metric}: the baseline has no metric {metric!r}")
+        col = batch.values[:, batch.metrics.index(metric)]
+        for ni, node in enumerate(batch.nodes):
+            v = col[batch.node_idx == ni]
+            v = v[~np.isnan(v)]
+            if len(v) and v.mean() > 0:
+                out.setdefault(node, {})[unit] = float(v.mean())
+    return out
 
 
 def leader_clusters(points: np.ndarray, max_distance: float, refine: int = 1) -> np.ndarray:
@@ -240,6 +257,11 @@ class ContractMonitor(Operator):
         ``"max"`` or ``"mean"`` of the dimensions' levels.
     theta_on, theta_off, k_persist : float, float, int
         Raise when the smoothed level is >= theta_on for k_persist rows; clear below theta_off.
+    capability_forecasts : dict, optional
+        ``{unit: metric}``: take a node's capability in ``unit`` from the NWS forecast of ``metric``
+        made before each sample (§5) instead of the contract's fixed capabilities - the paper's
+        way to set expectations without a baseline of the same resources. Until a node has a
+        forecast, the contract's capability (or 1) is used.
     """
 
     def __init__(
@@ -250,6 +272,7 @@ class ContractMonitor(Operator):
         theta_on: float = 0.5,
         theta_off: float = 0.3,
         k_persist: int = 2,
+        capability_forecasts: dict[str, str] | None = None,
     ) -> None:
         self.contract = contract
         self.metric = metric
@@ -257,6 +280,7 @@ class ContractMonitor(Operator):
         self.theta_on = theta_on
         self.theta_off = theta_off
         self.k_persist = k_persist
+        self.capability_forecasts = capability_forecasts
 
     def reset(self) -> None:
         doc = self.contract
@@ -282,6 +306,8 @@ class ContractMonitor(Operator):
         rb = Rulebase.parse(doc.get("rulebase", DEFAULT_RULEBASE), "contract rulebase")
         self.lut_x_, self.lut_y_ = rb.table()
         self.caps_ = doc.get("capabilities") or {}
+        self.bank_ = ForecastBank(metrics=sorted(set((self.capability_forecasts or {}).values())))
+        self.bank_.reset()
         self.cols_ = KeyedColumns()
         self.ewma_ = np.full(0, np.nan)
         self.run_ = np.zeros(0, dtype=np.int64)  # consecutive rows at or above theta_on
@@ -297,9 +323,17 @@ class ContractMonitor(Operator):
         if not hasattr(self, "doc_"):
             self.reset()
         k = len(batch)
+        forecast_caps = self._forecast_capabilities(batch) if self.capability_forecasts else {}
         dist_cols, level_cols = [], []
         for _, dims, cent, tol in self.spaces_:
-            pts = space_points(batch, dims, self.caps_)
+            cols = []
+            for d in dims:
+                cap = capability_column(batch, d.unit, self.caps_)
+                if d.unit in forecast_caps:
+                    fc = forecast_caps[d.unit]
+                    cap = np.where(np.isnan(fc) | (fc <= 0), cap if cap is not None else 1.0, fc)
+                cols.append(_phi(d.values(batch, cap)))
+            pts = np.stack(cols, axis=1) if cols else np.empty((k, 0))
             delta = np.abs(pts[:, None, :] - cent[None, :, :]) / tol[None, :, :]  # [k, C, m]
             score = delta.max(axis=2) if self.metric == "chebyshev" else np.sqrt((delta**2).mean(axis=2))
             best = np.argmin(np.where(np.isnan(score), np.inf, score), axis=1)
@@ -353,9 +387,40 @@ class ContractMonitor(Operator):
             extra={"violation": violation, "smoothed": smoothed, "state": state, "driver": driver, "distance": dist},
         )
 
+    def _forecast_capabilities(self, batch: Batch) -> dict[str, np.ndarray]:
+        """Per unit, each row's capability forecast made *before* that row (NaN where none yet)."""
+        assert self.capability_forecasts is not None
+        bank = self.bank_
+        metrics = [m for m in bank.metrics or [] if m in batch.metrics]
+        if not metrics:
+            return {}
+        # the forecast standing before each row: the bank's output for the key's previous row,
+        # or, for a key's first row in this batch, the last forecast kept from earlier batches
+        before = {m: np.full(len(batch), np.nan) for m in metrics}
+        keys = bank.cols_.row_keys(batch)
+        cols = bank.cols_.metric_columns(tuple(metrics))
+        order, _, _, rank = group_rows(keys)
+        first = order[rank == 0]
+        for m, c in zip(metrics, cols.tolist(), strict=True):
+            nk, nm = bank.series_of_.shape
+            if len(first) and nm > c:
+                sid = np.full(len(first), -1)
+                ok = keys[first] < nk
+                sid[ok] = bank.series_of_[keys[first][ok], c]
+                has = sid >= 0
+                before[m][first[has]] = bank.fin_mse_f_[sid[has]]
+        out = bank.update(batch)
+        for j, m in enumerate(out.metrics):
+            prev_rows = order[1:][rank[1:] > 0]
+            before[m][prev_rows] = out.values[order[:-1][rank[1:] > 0], j]
+        return {unit: before[metric] for unit, metric in self.capability_forecasts.items() if metric in before}
+
     def _state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         nk = len(self.cols_.keys)
-        return {"keys": self.cols_.keys}, {"ewma": self.ewma_[:nk], "run": self.run_[:nk], "state": self.state_[:nk]}
+        arrays = {"ewma": self.ewma_[:nk], "run": self.run_[:nk], "state": self.state_[:nk]}
+        if self.capability_forecasts:
+            arrays["bank"] = np.frombuffer(self.bank_.snapshot(), dtype=np.uint8)
+        return {"keys": self.cols_.keys}, arrays
 
     def _load_state(self, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
         for job, node in meta["keys"]:
@@ -364,6 +429,8 @@ class ContractMonitor(Operator):
         self.ewma_ = arrays["ewma"].astype(np.float64).copy()
         self.run_ = arrays["run"].astype(np.int64).copy()
         self.state_ = arrays["state"].astype(np.int64).copy()
+        if "bank" in arrays:
+            self.bank_.restore(arrays["bank"].tobytes())
 
 
 def contract_records(out: Batch) -> list[dict[str, Any]]:

@@ -49,10 +49,12 @@ ADAPTIVE = ((10, 5, 21, 1), (30, 21, 51, 5))  # (init, min, max, step)
 _TRIM = 0.3
 
 
-def _last(hist: np.ndarray, pos: np.ndarray, count: np.ndarray, width: int) -> np.ndarray:
-    """The last ``width`` values of each series, newest last; NaN where the series is shorter."""
+def _last(hist: np.ndarray, s: np.ndarray, pos: np.ndarray, count: np.ndarray, width: int) -> np.ndarray:
+    """The last ``width`` values of series ``s``, newest last; NaN where a series is shorter.
+
+    Gathers only those cells from the history ring (not whole rows)."""
     idx = (pos[:, None] - width + np.arange(width)[None, :]) % HISTORY
-    vals = np.take_along_axis(hist, idx, axis=1)
+    vals = hist[s[:, None], idx]
     too_old = np.arange(width)[None, :] < (width - np.minimum(count, width))[:, None]
     vals[too_old] = np.nan
     return vals
@@ -294,7 +296,7 @@ class ForecastBank(Operator):
 
         # 2. adaptive-median window moves use the history *before* x is inserted
         n_before = self.count_[s]
-        prev = _last(self.hist_[s], self.pos_[s], n_before, 56)
+        prev = _last(self.hist_, s, self.pos_[s], n_before, 56)
         adapt_w = self.adapt_w_[s]
         for j, (_, lo, hi, step) in enumerate(ADAPTIVE):
             w = adapt_w[:, j]
@@ -309,9 +311,7 @@ class ForecastBank(Operator):
         self.adapt_w_[s] = adapt_w
 
         # 3. insert x and update every primary
-        hist = self.hist_[s]
-        hist[np.arange(len(s)), self.pos_[s]] = x
-        self.hist_[s] = hist
+        self.hist_[s, self.pos_[s]] = x
         self.pos_[s] = (self.pos_[s] + 1) % HISTORY
         n = n_before + 1
         self.count_[s] = n
@@ -320,7 +320,7 @@ class ForecastBank(Operator):
         e = self.exp_[s]
         e = np.where(np.isnan(e), x[:, None], e + np.array(GAINS)[None, :] * (x[:, None] - e))
         self.exp_[s] = e
-        last = _last(self.hist_[s], self.pos_[s], n, 51)
+        last = _last(self.hist_, s, self.pos_[s], n, 51)
         f = np.empty((len(s), N_PRIMARY))
         f[:, 0] = x
         f[:, 1] = mean

@@ -4,7 +4,7 @@
 master with a high instructions/FLOP ratio, the workers a low one; options make some workers do
 fewer floating-point operations per job, or put an external CPU load on one node for a time range.
 Samples carry rates per second: ``instructions_per_s``, ``flops_per_s``, ``messages_per_s``,
-``bytes_per_s``.
+``bytes_per_s``, and ``cpu_avail``, the share of the CPU the application gets (1 without load).
 """
 
 from __future__ import annotations
@@ -59,6 +59,7 @@ def master_worker(
                         "flops_per_s": flops * rate,
                         "messages_per_s": messages * rate,
                         "bytes_per_s": messages * msg_size * rate,
+                        "cpu_avail": rate * rng.lognormal(0, 0.005),  # share of the CPU the job gets
                     },
                 }
             )

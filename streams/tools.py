@@ -11,6 +11,7 @@ import typer
 from perfsift.operators import Batch, ContractMonitor, ForecastBank
 from perfsift.operators.contract import (
     ContractError,
+    baseline_capabilities,
     contract_records,
     derive_contract,
     job_summary,
@@ -71,21 +72,33 @@ def derive(
     capabilities: Annotated[
         Path | None, typer.Option(help="JSON {node: {unit: capability}} for @UNIT dims.", exists=True, dir_okay=False)
     ] = None,
+    capability: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="UNIT=METRIC: a node's capability in UNIT is its mean of METRIC in the baseline "
+            "(repeatable; a --capabilities file wins where it has a value)."
+        ),
+    ] = None,
 ) -> None:
     """Derive a contract: equivalence classes and tolerances per metric space from a baseline run."""
     try:
         spaces = dict(parse_space(s) for s in space)
-        caps = orjson.loads(capabilities.read_bytes()) if capabilities else None
+        baseline_batch = read_trace(baseline)
+        caps: dict[str, dict[str, float]] = {}
+        if capability:
+            caps = baseline_capabilities(baseline_batch, _pairs(capability, "--capability"))
+        for node, units in (orjson.loads(capabilities.read_bytes()) if capabilities else {}).items():
+            caps.setdefault(node, {}).update(units)
         rb_text = rulebase.read_text() if rulebase else DEFAULT_RULEBASE
         Rulebase.parse(rb_text, str(rulebase) if rulebase else "<default rulebase>")  # errors name the file
         doc = derive_contract(
-            read_trace(baseline),
+            baseline_batch,
             {k: [d.expr for d in v] for k, v in spaces.items()},
             max_distance=max_distance,
             k_sigma=k_sigma,
             min_size=min_size,
             rulebase=rb_text,
-            capabilities=caps,
+            capabilities=caps or None,
         )
     except (ContractError, RulebaseError, orjson.JSONDecodeError) as exc:
         raise fail(str(exc)) from None
@@ -113,10 +126,18 @@ def check(
     plot: Annotated[
         Path | None, typer.Option(help="Write a PNG of violation levels over time per node and space.")
     ] = None,
+    capability_forecast: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="UNIT=METRIC: capabilities in UNIT from the NWS forecast of METRIC, made before each "
+            "sample, instead of the contract's fixed ones (repeatable)."
+        ),
+    ] = None,
 ) -> None:
     """Evaluate a run against a contract: violation level per sample, space and dimension."""
     try:
-        monitor = ContractMonitor(load_contract(contract))
+        forecasts = _pairs(capability_forecast, "--capability-forecast") if capability_forecast else None
+        monitor = ContractMonitor(load_contract(contract), capability_forecasts=forecasts)
         records = contract_records(monitor.update(read_trace(trace)))
     except ContractError as exc:
         raise fail(str(exc)) from None
@@ -144,6 +165,16 @@ def check(
     if plot:
         plot_violations(records, plot)
         out.print(f"plot written to {plot}")
+
+
+def _pairs(items: list[str], flag: str) -> dict[str, str]:
+    out = {}
+    for item in items:
+        key, sep, val = item.partition("=")
+        if not sep or not key.strip() or not val.strip():
+            raise ContractError(f"{flag} expects UNIT=METRIC, got {item!r}")
+        out[key.strip()] = val.strip()
+    return out
 
 
 def _level(v: float | None) -> str:

@@ -137,3 +137,27 @@ def test_capabilities_project_the_signature() -> None:
     plain = job_summary(evaluate(c, slow))["nodes"]["n05"]
     projected = job_summary(evaluate(c_slow, slow))["nodes"]["n05"]
     assert plain["violated"] > 40 and projected["violated"] == 0
+
+
+def test_capabilities_from_baseline_means_and_from_forecasts() -> None:
+    """Expectations scaled by a forecast of the available CPU (§4.1 with §5): a slowdown that the
+    load explains stops being a violation, the paper's idea for runs without a matching baseline."""
+    from perfsift.operators.contract import baseline_capabilities
+
+    base = samples_to_batch(master_worker(seed=1)[0])
+    caps = baseline_capabilities(base, {"cpu": "cpu_avail"})
+    assert caps["n03"]["cpu"] == pytest.approx(1.0, abs=0.01)
+    c = derive_contract(base, {"execution": ["instructions_per_s@cpu", "messages_per_s@cpu"]}, capabilities=caps)
+    loaded = samples_to_batch(master_worker(seed=2, load_node=3, load_start=100, load_end=200)[0])
+    fixed = job_summary(contract_records(ContractMonitor(c).update(loaded)))["nodes"]["n03"]
+    mon = ContractMonitor(c, capability_forecasts={"cpu": "cpu_avail"})
+    half = len(loaded) // 2
+    first = contract_records(mon.update(loaded.take(np.arange(half))))
+    restored = ContractMonitor(c, capability_forecasts={"cpu": "cpu_avail"})
+    restored.restore(mon.snapshot())
+    rest = contract_records(restored.update(loaded.take(np.arange(half, len(loaded)))))
+    forecast = job_summary(first + rest)["nodes"]["n03"]
+    assert fixed["violated"] >= 95
+    assert forecast["violated"] <= 3  # only while the forecast catches up with the step
+    with pytest.raises(ContractError, match="no metric 'nope'"):
+        baseline_capabilities(base, {"cpu": "nope"})
