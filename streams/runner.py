@@ -279,11 +279,15 @@ class StageRunner:
         if err is not None:
             self._delivery_errors.append(f"{msg.topic()}: {err}")
 
-    def _produce(self, topic: str, value: bytes, key: bytes | None, partition: int = -1) -> None:
-        assert self._producer is not None
+    def _ensure_transaction(self) -> None:
         if self.exactly_once and not self._in_txn:
+            assert self._producer is not None
             self._producer.begin_transaction()
             self._in_txn = True
+
+    def _produce(self, topic: str, value: bytes, key: bytes | None, partition: int = -1) -> None:
+        assert self._producer is not None
+        self._ensure_transaction()
         while True:
             try:
                 if partition >= 0:
@@ -354,9 +358,15 @@ class StageRunner:
             records = to_records(out)
             encoded = encode_records(records, self.pipeline.encoding, schema)
             keys = [str(r[key_field]).encode() for r in records]
+        self._ensure_transaction()
+        assert self._producer is not None
+        produce = self._producer.produce  # the hot loop: one C call per record, no Python wrapper
         for topic in self._out_topics:
             for value, key in zip(encoded, keys, strict=True):
-                self._produce(topic, value, key)
+                try:
+                    produce(topic, value, key)
+                except BufferError:  # local queue full: the slow path waits and retries
+                    self._produce(topic, value, key)
         self.stats.records_out += len(encoded)
         self.stats.bytes_out += sum(map(len, encoded)) * len(self._out_topics)
 
@@ -388,9 +398,7 @@ class StageRunner:
                     partition=self._state_partition(p),
                 )
         if self.exactly_once:
-            if not self._in_txn:
-                self._producer.begin_transaction()
-                self._in_txn = True
+            self._ensure_transaction()
             self._producer.send_offsets_to_transaction(offsets, self._consumer.consumer_group_metadata(), 30)
             self._producer.commit_transaction(30)
             self._in_txn = False

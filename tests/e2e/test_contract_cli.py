@@ -59,13 +59,23 @@ def test_capabilities_from_the_baseline_and_from_forecasts(tmp_path: Path) -> No
     base = write(tmp_path / "base.jsonl", master_worker(seed=1)[0])
     run = write(tmp_path / "run.jsonl", master_worker(seed=2, load_node=3, load_start=100, load_end=200)[0])
     contract = tmp_path / "c.json"
-    r = perfsift("contract", "derive", str(base), "-s", "execution=instructions_per_s@cpu,messages_per_s@cpu",
-                 "--capability", "cpu=cpu_avail", "-o", str(contract))
+    r = perfsift(
+        "contract",
+        "derive",
+        str(base),
+        "-s",
+        "execution=instructions_per_s@cpu,messages_per_s@cpu",
+        "--capability",
+        "cpu=cpu_avail",
+        "-o",
+        str(contract),
+    )
     assert r.returncode == 0, r.stderr
     assert json.loads(contract.read_text())["capabilities"]["n03"]["cpu"] == pytest.approx(1.0, abs=0.01)
     out = tmp_path / "v.jsonl"
-    r = perfsift("contract", "check", str(run), "-c", str(contract), "--capability-forecast", "cpu=cpu_avail",
-                 "--json", str(out))
+    r = perfsift(
+        "contract", "check", str(run), "-c", str(contract), "--capability-forecast", "cpu=cpu_avail", "--json", str(out)
+    )
     assert r.returncode == 0, r.stderr
     violated = [x for x in map(json.loads, out.read_text().splitlines()) if x["state"] == "violated"]
     assert len(violated) <= 3  # the slowdown is what the forecast CPU share predicts

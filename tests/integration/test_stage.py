@@ -196,3 +196,33 @@ def test_worker_killed_with_sigkill_loses_no_sample(kafka: dict, prefix: str, tm
     assert code == 0  # SIGTERM drains, commits and exits cleanly
     stats = orjson.loads(log.read_text().strip().splitlines()[-1].replace("\n", ""))
     assert stats["restored_partitions"] >= 1
+
+
+def test_exactly_once_mode_commits_outputs_state_and_offsets_in_transactions(
+    kafka: dict, prefix: str, tmp_path: Path
+) -> None:
+    """guarantee: exactly_once on the embedded broker: outputs are visible to read_committed readers
+    only after a commit, and a restarted worker resumes from the snapshot in the same transaction."""
+    cfg = load_pipeline(write_pipeline(tmp_path, prefix, commit_interval_s=0.2, guarantee="exactly_once"))
+    create_pipeline_topics(cfg, kafka)
+    samples = make_samples(n_nodes=4, steps=200)
+    first, second = samples[: len(samples) // 2], samples[len(samples) // 2 :]
+    committed = {**kafka, "isolation.level": "read_committed"}
+    runner = StageRunner(cfg.stage("smooth"), cfg, kafka, embedded=True)
+    assert runner.exactly_once
+    thread = run_in_thread(runner)
+    publish_samples(kafka, cfg.topic("perf.raw"), first)
+    read_topic(committed, cfg.topic("perf.smoothed"), lambda r: len(r) >= len(first))
+    runner.stop()
+    thread.join(30)
+    runner = StageRunner(cfg.stage("smooth"), cfg, kafka, embedded=True)
+    thread = run_in_thread(runner)
+    publish_samples(kafka, cfg.topic("perf.raw"), second)
+    out = read_topic(committed, cfg.topic("perf.smoothed"), lambda r: len(r) >= len(samples))
+    runner.stop()
+    thread.join(30)
+    assert len(out) == len(samples)  # no duplicates
+    assert runner.stats.restored_partitions >= 1
+    want = expected_means(samples)
+    for rec in out:
+        assert_close(rec["metrics"], want[(rec["node"], rec["seq"])])
