@@ -21,7 +21,6 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from importlib import resources
 
 import numpy as np
 import numpy.typing as npt
@@ -434,9 +433,4 @@ def centroid(contrib: list[tuple[float, FuzzySet]], lo: float, hi: float) -> flo
     return float(moment / area) if area > 0 else float("nan")
 
 
-def default_rulebase_text() -> str:
-    return DEFAULT_RULEBASE
-
-
 __all__ = ["DEFAULT_RULEBASE", "FuzzySet", "Rule", "Rulebase", "RulebaseError", "Variable", "centroid"]
-_ = resources  # reserved for packaged rulebase files

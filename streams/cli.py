@@ -28,7 +28,7 @@ from perfsift.streams.config import (
 from perfsift.streams.http import HealthServer
 from perfsift.streams.logs import kafka_logger
 from perfsift.streams.publish import publish_samples
-from perfsift.streams.runner import DEADLETTER_TOPIC, STATE_TOPIC, StageError, StageRunner, run_in_thread
+from perfsift.streams.runner import StageError, StageRunner, run_in_thread
 from perfsift.streams.tools import contract_app
 from perfsift.streams.tools import forecast as forecast_command
 from perfsift.streams.tools import select_metrics as select_metrics_command
@@ -403,4 +403,4 @@ def main() -> None:
     app()
 
 
-__all__ = ["DEADLETTER_TOPIC", "STATE_TOPIC", "app", "main"]
+__all__ = ["app", "main"]
