@@ -1,0 +1,131 @@
+"""Projection-pursuit core against the oracles of METHODS.md §1.11."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.stats
+from perfsift.operators.pursuit import cumulant_tensors, moment_index, polar, projection_pursuit, sphere, varimax
+
+
+def sphered(n: int = 50, d: int = 5, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return sphere(rng.exponential(size=(n, d)) + rng.normal(size=(n, d))).z
+
+
+def frame(d: int, seed: int = 1) -> np.ndarray:
+    return polar(np.random.default_rng(seed).normal(size=(d, 3)))
+
+
+def test_k_statistics_match_scipy() -> None:
+    z = sphered()
+    w = frame(z.shape[1])
+    u = np.random.default_rng(2).normal(size=3)
+    u /= np.linalg.norm(u)
+    k3, k4 = cumulant_tensors(z @ w)
+    v = z @ w @ u
+    assert np.einsum("abc,a,b,c", k3, u, u, u) == pytest.approx(scipy.stats.kstat(v, 3), abs=1e-12)
+    assert np.einsum("abcd,a,b,c,d", k4, u, u, u, u) == pytest.approx(scipy.stats.kstat(v, 4), abs=1e-12)
+
+
+def test_symmetric_data_has_no_third_order_cumulants() -> None:
+    b = np.random.default_rng(3).exponential(size=(40, 5))
+    z = sphere(np.concatenate([b, -b])).z
+    for seed in range(5):
+        w = frame(z.shape[1], seed)
+        k3, k4 = cumulant_tensors(z @ w)
+        assert np.abs(k3).max() < 1e-12
+        assert moment_index(z, w) == pytest.approx((k4**2).sum() / 48, rel=1e-12)
+
+
+def test_rotation_invariance_and_symmetric_gradient() -> None:
+    z = sphered(200, 6)
+    w = frame(6)
+    r = polar(np.random.default_rng(4).normal(size=(3, 3)))
+    value, grad, g = moment_index(z, w, gradient=True)
+    assert moment_index(z, w @ r) == pytest.approx(value, rel=1e-12)
+    s = w.T @ grad
+    np.testing.assert_allclose(s, (z @ w).T @ g, atol=1e-12 * max(1.0, np.abs(s).max()))  # Wᵀ∇I = YᵀG
+    np.testing.assert_allclose(s, s.T, atol=1e-12 * max(1.0, np.abs(s).max()))
+
+
+@pytest.mark.parametrize("cumulants", ["kstat", "plain"])
+def test_gradient_matches_finite_differences(cumulants: str) -> None:
+    z = sphered(300, 6)
+    w = frame(6)
+    e = np.random.default_rng(5).normal(size=w.shape)
+    _, grad, _ = moment_index(z, w, cumulants, gradient=True)
+    h = 1e-6
+    fd = (moment_index(z, w + h * e, cumulants) - moment_index(z, w - h * e, cumulants)) / (2 * h)
+    assert fd == pytest.approx(float((grad * e).sum()), rel=1e-6)
+
+
+def test_gaussian_baseline_and_pp3_compatible_value() -> None:
+    rng = np.random.default_rng(6)
+    n = 10_000
+    z = sphere(rng.normal(size=(n, 6))).z
+    values = [moment_index(z, frame(6, s)) for s in range(50)]
+    assert 5 / n <= np.mean(values) <= 20 / n
+    pp3 = [moment_index(z, frame(6, s), pp3_compat=True) for s in range(50)]
+    assert 10.5 <= np.mean(pp3) <= 12
+
+
+def planted(n: int = 2000, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    cols = [rng.exponential(1, n), rng.laplace(0, 1, n), -rng.gamma(2, 1, n)] + [rng.normal(size=n) for _ in range(5)]
+    return np.stack(cols, axis=1)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_planted_structure_is_named_and_ranked_unit_invariantly(seed: int) -> None:
+    x = planted(seed=seed)
+    names = [f"m{i}" for i in range(8)]
+    r = projection_pursuit(x, names, seed=seed)
+    assert set(r.named) == {"m0", "m1", "m2"}
+    h = dict(r.ranking)
+    assert all(h[f"m{i}"] > 0.9 for i in range(3)) and all(h[f"m{i}"] < 0.1 for i in range(3, 8))
+    scaled = x * np.array([1, 1e6, 3, 1, 50, 1, 1, 1e-2]) + np.array([0, 1e9, 0, 0, 0, 5, 0, 0])
+    r2 = projection_pursuit(scaled, names, seed=seed)
+    assert [m for m, _ in r2.ranking] == [m for m, _ in r.ranking]
+    assert r2.index == pytest.approx(r.index, rel=1e-10)
+    np.testing.assert_allclose(r.w.T @ r.w, np.eye(3), atol=1e-10)  # Stiefel feasibility
+
+
+def test_p_equals_n_equals_12_is_low_power_not_an_error() -> None:
+    x = np.random.default_rng(7).normal(size=(12, 12))
+    r = projection_pursuit(x, [f"m{i}" for i in range(12)], seed=0)
+    assert r.diagnostics["d"] <= 5 and r.diagnostics["low_power"]
+    assert all(0.0 <= v <= 1.0 for _, v in r.ranking)
+
+
+def test_degenerate_inputs_are_skipped_with_a_reason() -> None:
+    x = np.random.default_rng(8).normal(size=(100, 4))
+    x[:, 1:] = 3.0  # one non-constant metric
+    r = projection_pursuit(x, ["a", "b", "c", "d"])
+    assert r.skipped == "fewer than 2 non-constant metrics" and r.named == []
+    assert r.diagnostics["zero_variance"] == ["b", "c", "d"]
+    y = np.random.default_rng(9).normal(size=(100, 2))
+    r = projection_pursuit(np.c_[y, y.sum(axis=1)], ["a", "b", "c"])  # rank 2: d < 3
+    assert r.skipped is not None and "sphered dimensions" in r.skipped
+    assert all(np.isfinite(v) for _, v in r.ranking)
+
+
+def test_varimax_recovers_a_simple_structure() -> None:
+    l0 = np.zeros((9, 3))
+    l0[[0, 1, 2], 0] = [0.9, 0.8, 0.7]
+    l0[[3, 4, 5], 1] = [0.9, 0.6, 0.5]
+    l0[[6, 7, 8], 2] = [0.8, 0.7, 0.6]
+    rot = polar(np.random.default_rng(10).normal(size=(3, 3)))
+    got = varimax(l0 @ rot, eps=1e-12)
+    # columns may come in another order; match each recovered column to its original
+    for a in range(3):
+        best = min(np.abs(got[:, b] - l0[:, a]).max() for b in range(3))
+        assert best < 1e-6
+
+
+def test_warm_start_reaches_the_same_optimum() -> None:
+    x = planted(seed=4)
+    names = [f"m{i}" for i in range(8)]
+    first = projection_pursuit(x, names, seed=4)
+    again = projection_pursuit(x, names, seed=99, restarts=1, warm_start=first.weights, warm_names=first.metrics)
+    assert again.index == pytest.approx(first.index, rel=1e-6)
