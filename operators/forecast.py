@@ -47,6 +47,23 @@ HISTORY = 100  # values kept per series (MAX_DATA_ENTRIES)
 RING = 101  # cumulative-error ring length (>= largest window + 1)
 ADAPTIVE = ((10, 5, 21, 1), (30, 21, 51, 5))  # (init, min, max, step)
 _TRIM = 0.3
+_GAINS = np.array(GAINS)
+_ADAPTIVE = np.array(ADAPTIVE, dtype=np.int64)
+_WINDOWS = np.array(WINDOWS, dtype=np.int64)
+
+
+TIE = 1e-12  # errors within this relative distance of the minimum are ties
+
+
+def _first_min(err: np.ndarray) -> np.ndarray:
+    """Per row, the lowest index whose value is within ``TIE`` (relative) of the row minimum.
+
+    Forecasters that are equal in exact arithmetic (running and sliding means before the window
+    fills, say) differ by rounding only; the spec's "ties go to the lowest index" must not depend
+    on that noise.
+    """
+    low = np.min(err, axis=1, keepdims=True)
+    return np.argmax(err <= low + TIE * np.abs(low), axis=1)
 
 
 def _last(hist: np.ndarray, s: np.ndarray, pos: np.ndarray, count: np.ndarray, width: int) -> np.ndarray:
@@ -146,6 +163,9 @@ class ForecastBank(Operator):
     nws_compat : bool
         Reproduce the C code's warm-up: exponential smoothers forecast 0 before any data and are
         charged ``x_1²``.
+    engine : str
+        ``"compiled"`` (numba kernel, series in parallel; the default) or ``"numpy"`` (the vectorised
+        reference the tests hold the kernel to).
 
     Examples
     --------
@@ -158,17 +178,25 @@ class ForecastBank(Operator):
     """
 
     def __init__(
-        self, metrics: list[str] | None = None, mode: str = "nws", sel_window: int = 0, nws_compat: bool = False
+        self,
+        metrics: list[str] | None = None,
+        mode: str = "nws",
+        sel_window: int = 0,
+        nws_compat: bool = False,
+        engine: str = "compiled",
     ) -> None:
         self.metrics = metrics
         self.mode = mode
         self.sel_window = sel_window
         self.nws_compat = nws_compat
+        self.engine = engine
 
     # -- state ------------------------------------------------------------------------------------
     def reset(self) -> None:
         if self.mode not in ("nws", "flat"):
             raise ValueError(f"mode must be 'nws' or 'flat', got {self.mode!r}")
+        if self.engine not in ("compiled", "numpy"):
+            raise ValueError(f"engine must be 'compiled' or 'numpy', got {self.engine!r}")
         if not 0 <= int(self.sel_window) <= HISTORY:
             raise ValueError(f"sel_window must be in [0, {HISTORY}], got {self.sel_window!r}")
         self.cols_ = KeyedColumns()
@@ -260,6 +288,45 @@ class ForecastBank(Operator):
     # -- one step for many series -------------------------------------------------------------------
     def _step(self, s: np.ndarray, x: np.ndarray) -> np.ndarray:
         """Feed value x[i] to series s[i] (distinct series); return the primary behind each final forecast."""
+        if self.engine == "compiled":
+            from perfsift.operators import _nws_kernel
+
+            primary = np.empty(len(s), dtype=np.int64)
+            _nws_kernel.step(
+                np.ascontiguousarray(s, dtype=np.int64),
+                np.ascontiguousarray(x, dtype=np.float64),
+                self.hist_,
+                self.pos_,
+                self.count_,
+                self.mean_,
+                self.exp_,
+                self.adapt_w_,
+                self.pending_,
+                self.cum_se_,
+                self.cum_ae_,
+                self.run_se_,
+                self.run_ae_,
+                self.ring_se_,
+                self.ring_ae_,
+                self.scores_,
+                self.sel_pending_,
+                self.sel_se_,
+                self.sel_ae_,
+                self.sel_choice_,
+                self.fin_se_,
+                self.fin_ae_,
+                self.fin_n_,
+                self.fin_mse_f_,
+                self.fin_mae_f_,
+                _GAINS,
+                _ADAPTIVE,
+                _WINDOWS,
+                self.mode == "flat",
+                int(self.sel_window),
+                bool(self.nws_compat),
+                primary,
+            )
+            return primary
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # medians of windows with no value yet
             return self._step_quietly(s, x)
@@ -305,7 +372,7 @@ class ForecastBank(Operator):
                 meds = np.stack([_median_last(prev, np.minimum(c, n_before)) for c in cands.T], axis=1)
                 errs = (x[:, None] - meds) ** 2
                 errs[np.isnan(errs)] = np.inf
-                best = np.argmin(errs, axis=1)  # first smallest: ties keep w
+                best = _first_min(errs)  # ties keep w
                 moved = np.clip(cands[np.arange(len(w)), best], lo, hi)
                 adapt_w[:, j] = np.where(n_before > 0, moved, w)
         self.adapt_w_[s] = adapt_w
@@ -340,7 +407,7 @@ class ForecastBank(Operator):
         errors = self._errors(s, kk)
         choice = np.zeros((len(s), N_SELECTOR), dtype=np.int64)
         for j, key in enumerate(SELECTORS):
-            choice[:, j] = np.argmin(errors[key], axis=1)  # ties -> lowest index
+            choice[:, j] = _first_min(errors[key])  # ties -> lowest index
         sel_out = np.take_along_axis(f, choice, axis=1)
         self.sel_choice_[s] = choice
         self.sel_pending_[s] = sel_out
@@ -348,12 +415,12 @@ class ForecastBank(Operator):
         # 5. final MSE and MAE forecasts
         rows = np.arange(len(s))
         if self.mode == "flat":
-            primary = np.argmin(errors[("mse", int(self.sel_window))], axis=1)
+            primary = _first_min(errors[("mse", int(self.sel_window))])
             mse_f = f[rows, primary]
-            mae_f = f[rows, np.argmin(errors[("mae", int(self.sel_window))], axis=1)]
+            mae_f = f[rows, _first_min(errors[("mae", int(self.sel_window))])]
         else:
-            best_mse = np.argmin(self.sel_se_[s], axis=1)  # ties -> first selector
-            best_mae = np.argmin(self.sel_ae_[s], axis=1)
+            best_mse = _first_min(self.sel_se_[s])  # ties -> first selector
+            best_mae = _first_min(self.sel_ae_[s])
             mse_f = sel_out[rows, best_mse]
             mae_f = sel_out[rows, best_mae]
             primary = choice[rows, best_mse]

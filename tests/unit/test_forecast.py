@@ -8,8 +8,18 @@ from perfsift.operators import Batch
 from perfsift.operators.forecast import PRIMARIES, ForecastBank
 
 
+@pytest.fixture(params=["compiled", "numpy"], autouse=True)
+def engine(request: pytest.FixtureRequest) -> str:
+    """Every oracle runs on both engines: the numba kernel and the numpy reference."""
+    ENGINE[0] = request.param
+    return str(request.param)
+
+
+ENGINE = ["compiled"]
+
+
 def run(series: list[float] | np.ndarray, **kw: object) -> tuple[ForecastBank, Batch]:
-    bank = ForecastBank(**kw)  # type: ignore[arg-type]
+    bank = ForecastBank(**{"engine": ENGINE[0], **kw})  # type: ignore[arg-type]
     b = Batch.from_columns(
         ts=range(len(series)), nodes=["a"] * len(series), metrics=["x"], values=[[float(v)] for v in series]
     )
@@ -92,7 +102,7 @@ def test_windowed_error_from_cumulative_differences() -> None:
     x = np.random.default_rng(5).normal(0, 1, 1100)  # crosses the 1000-score re-base
     bank, _ = run(x)
     errors = []
-    b2 = ForecastBank()
+    b2 = ForecastBank(engine=ENGINE[0])
     for v in x:
         if hasattr(b2, "pending_") and b2.n_series_:
             errors.append((b2.pending_[0] - v) ** 2)
@@ -110,10 +120,10 @@ def test_many_series_are_independent() -> None:
     vals = rng.normal(size=(300, 3))
     nodes = [f"n{i % 4}" for i in range(300)]
     b = Batch.from_columns(ts=range(300), nodes=nodes, metrics=["a", "b", "c"], values=vals)
-    together = ForecastBank().update(b)
+    together = ForecastBank(engine=ENGINE[0]).update(b)
     for node in ("n0", "n3"):
         rows = np.array([i for i, n in enumerate(nodes) if n == node])
-        alone = ForecastBank().update(b.take(rows))
+        alone = ForecastBank(engine=ENGINE[0]).update(b.take(rows))
         np.testing.assert_allclose(alone.values, together.values[rows])
 
 
