@@ -20,7 +20,7 @@ if not os.environ.get("NUMBA_CACHE_DIR"):
     # Compiled code goes to the user's cache, never into site-packages: files pip does not know
     # about would survive an uninstall and turn the package directory into a namespace package.
     _cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "perfsift" / "numba"
-    numba.config.CACHE_DIR = str(_cache)
+    numba.config.CACHE_DIR = str(_cache)  # type: ignore[attr-defined]
 
 HISTORY = 100
 RING = 101
