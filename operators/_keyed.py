@@ -19,6 +19,13 @@ class KeyedColumns:
         self.metrics: list[str] = []
         self.metric_ix: dict[str, int] = {}
 
+    def load(self, keys: list[list[str]] | list[tuple[str, str]], metrics: list[str] | tuple[str, ...] = ()) -> None:
+        """Register keys and metrics in snapshot order (JSON gives keys back as lists)."""
+        for job, node in keys:
+            self.key_ix[(job, node)] = len(self.keys)
+            self.keys.append((job, node))
+        self.metric_columns(tuple(metrics))
+
     def metric_columns(self, metrics: tuple[str, ...]) -> npt.NDArray[np.int64]:
         """State column of each batch metric, registering new metrics."""
         ix = self.metric_ix

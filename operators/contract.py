@@ -423,9 +423,7 @@ class ContractMonitor(Operator):
         return {"keys": self.cols_.keys}, arrays
 
     def _load_state(self, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
-        for job, node in meta["keys"]:
-            self.cols_.key_ix[(job, node)] = len(self.cols_.keys)
-            self.cols_.keys.append((job, node))
+        self.cols_.load(meta["keys"])
         self.ewma_ = arrays["ewma"].astype(np.float64).copy()
         self.run_ = arrays["run"].astype(np.int64).copy()
         self.state_ = arrays["state"].astype(np.int64).copy()

@@ -501,10 +501,7 @@ class ForecastBank(Operator):
         return {"keys": self.cols_.keys, "metrics": self.cols_.metrics, "n_series": n}, arrays
 
     def _load_state(self, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
-        for job, node in meta["keys"]:
-            self.cols_.key_ix[(job, node)] = len(self.cols_.keys)
-            self.cols_.keys.append((job, node))
-        self.cols_.metric_columns(tuple(meta["metrics"]))
+        self.cols_.load(meta["keys"], meta["metrics"])
         self.n_series_ = int(meta["n_series"])
         self._grow_series(self.n_series_)
         for name in self._ARRAYS:

@@ -116,10 +116,7 @@ class SlidingMean(Operator):
         return meta, {"buf": self.buf_[:nk, :, :nm], "seen": self.seen_[:nk]}
 
     def _load_state(self, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
-        for job, node in meta["keys"]:
-            self.cols_.key_ix[(job, node)] = len(self.cols_.keys)
-            self.cols_.keys.append((job, node))
-        self.cols_.metric_columns(tuple(meta["metrics"]))
+        self.cols_.load(meta["keys"], meta["metrics"])
         self.buf_ = arrays["buf"].astype(np.float64).copy()
         self.seen_ = arrays["seen"].astype(np.int64).copy()
 
@@ -197,9 +194,6 @@ class Ewma(Operator):
         return meta, {"mean": self.mean_[:nk, :nm], "var": self.var_[:nk, :nm]}
 
     def _load_state(self, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
-        for job, node in meta["keys"]:
-            self.cols_.key_ix[(job, node)] = len(self.cols_.keys)
-            self.cols_.keys.append((job, node))
-        self.cols_.metric_columns(tuple(meta["metrics"]))
+        self.cols_.load(meta["keys"], meta["metrics"])
         self.mean_ = arrays["mean"].astype(np.float64).copy()
         self.var_ = arrays["var"].astype(np.float64).copy()
