@@ -16,6 +16,7 @@ Errors name the line and column.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import re
 from collections.abc import Mapping
@@ -381,14 +382,28 @@ class Rulebase:
         """(x grid, exact outputs) over the input universe, for a one-input, one-output rulebase.
 
         Used for fast vectorised evaluation by linear interpolation (``np.interp``); the tests bound
-        the interpolation error against the exact evaluation.
+        the interpolation error against the exact evaluation. A parsed rulebase's table is computed
+        once per process (about a second of exact evaluations) and shared, read-only.
         """
+        if self.text:
+            return _cached_table(self.text, points, defuzz)
+        return self._table(points, defuzz)
+
+    def _table(self, points: int, defuzz: str) -> tuple[np.ndarray, np.ndarray]:
         if len(self.inputs) != 1 or len(self.outputs) != 1:
             raise ValueError("a lookup table needs exactly one input and one output variable")
         var = self.variables[self.inputs[0]]
         xs = np.linspace(var.lo, var.hi, points)
         ys = np.array([self.evaluate({var.name: x}, defuzz)[self.outputs[0]] for x in xs])
         return xs, ys
+
+
+@functools.lru_cache(maxsize=32)
+def _cached_table(text: str, points: int, defuzz: str) -> tuple[np.ndarray, np.ndarray]:
+    xs, ys = Rulebase.parse(text)._table(points, defuzz)
+    xs.flags.writeable = False
+    ys.flags.writeable = False
+    return xs, ys
 
 
 def centroid(contrib: list[tuple[float, FuzzySet]], lo: float, hi: float) -> float:
