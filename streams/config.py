@@ -8,7 +8,7 @@ librdkafka properties as ``PERFSIFT_KAFKA_<PROPERTY>`` with dots written as unde
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
@@ -218,23 +218,32 @@ def kafka_properties(
     return props
 
 
-def parse_settings(items: list[str] | None) -> dict[str, str]:
-    """``--set key=value`` flags -> overrides for :func:`load_pipeline` (names as in the YAML)."""
+def parse_pairs(
+    items: list[str] | None,
+    flag: str,
+    form: str = "KEY=VALUE",
+    allowed: Collection[str] | None = None,
+    need_value: bool = False,
+) -> dict[str, str]:
+    """Repeated ``flag KEY=VALUE`` options -> dict, with an error naming the flag and the form.
+
+    ``allowed`` restricts the keys; ``need_value`` refuses empty values (and strips them)."""
     out = {}
     for item in items or []:
         key, sep, val = item.partition("=")
-        if not sep or key.strip() not in _SCALARS:
-            raise ConfigError(f"--set expects KEY=VALUE with KEY one of {', '.join(_SCALARS)}; got {item!r}")
-        out[key.strip()] = val
+        key = key.strip()
+        if not sep or not key or (allowed is not None and key not in allowed) or (need_value and not val.strip()):
+            hint = f" with KEY one of {', '.join(allowed)}" if allowed is not None else ""
+            raise ConfigError(f"{flag} expects {form}{hint}; got {item!r}")
+        out[key] = val.strip() if need_value else val
     return out
+
+
+def parse_settings(items: list[str] | None) -> dict[str, str]:
+    """``--set key=value`` flags -> overrides for :func:`load_pipeline` (names as in the YAML)."""
+    return parse_pairs(items, "--set", allowed=_SCALARS)
 
 
 def parse_props(items: list[str] | None) -> dict[str, str]:
-    """``["a.b=1", ...]`` -> ``{"a.b": "1"}`` with a clear error for a missing '='."""
-    out = {}
-    for item in items or []:
-        key, sep, val = item.partition("=")
-        if not sep or not key:
-            raise ConfigError(f"--kafka-prop expects key=value, got {item!r}")
-        out[key.strip()] = val
-    return out
+    """``-X a.b=1`` flags -> librdkafka properties ``{"a.b": "1"}``."""
+    return parse_pairs(items, "--kafka-prop", form="key=value")

@@ -23,6 +23,7 @@ from perfsift.operators.fuzzy import DEFAULT_RULEBASE, Rulebase, RulebaseError
 from perfsift.operators.selection import bucket_rows, reduce_metrics, refit_r2
 from perfsift.producers import iter_jsonl_samples
 from perfsift.schemas import RecordError, samples_to_batch
+from perfsift.streams.config import ConfigError, parse_pairs
 from perfsift.streams.ui import console, fail, out
 from rich.table import Table
 
@@ -86,7 +87,9 @@ def derive(
         baseline_batch = read_trace(baseline)
         caps: dict[str, dict[str, float]] = {}
         if capability:
-            caps = baseline_capabilities(baseline_batch, _pairs(capability, "--capability"))
+            caps = baseline_capabilities(
+                baseline_batch, parse_pairs(capability, "--capability", "UNIT=METRIC", need_value=True)
+            )
         for node, units in (orjson.loads(capabilities.read_bytes()) if capabilities else {}).items():
             caps.setdefault(node, {}).update(units)
         rb_text = rulebase.read_text() if rulebase else DEFAULT_RULEBASE
@@ -100,7 +103,7 @@ def derive(
             rulebase=rb_text,
             capabilities=caps or None,
         )
-    except (ContractError, RulebaseError, orjson.JSONDecodeError) as exc:
+    except (ConfigError, ContractError, RulebaseError, orjson.JSONDecodeError) as exc:
         raise fail(str(exc)) from None
     output.write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2))
     t = Table(title=f"contract {output}")
@@ -136,10 +139,14 @@ def check(
 ) -> None:
     """Evaluate a run against a contract: violation level per sample, space and dimension."""
     try:
-        forecasts = _pairs(capability_forecast, "--capability-forecast") if capability_forecast else None
+        forecasts = (
+            parse_pairs(capability_forecast, "--capability-forecast", "UNIT=METRIC", need_value=True)
+            if capability_forecast
+            else None
+        )
         monitor = ContractMonitor(load_contract(contract), capability_forecasts=forecasts)
         records = contract_records(monitor.update(read_trace(trace)))
-    except ContractError as exc:
+    except (ConfigError, ContractError) as exc:
         raise fail(str(exc)) from None
     if json_out:
         _write_jsonl(json_out, records)
@@ -165,16 +172,6 @@ def check(
     if plot:
         plot_violations(records, plot)
         out.print(f"plot written to {plot}")
-
-
-def _pairs(items: list[str], flag: str) -> dict[str, str]:
-    out = {}
-    for item in items:
-        key, sep, val = item.partition("=")
-        if not sep or not key.strip() or not val.strip():
-            raise ContractError(f"{flag} expects UNIT=METRIC, got {item!r}")
-        out[key.strip()] = val.strip()
-    return out
 
 
 def _level(v: float | None) -> str:
