@@ -26,9 +26,8 @@ from perfsift.streams.config import (
     parse_settings,
 )
 from perfsift.streams.http import HealthServer
-from perfsift.streams.logs import kafka_logger
 from perfsift.streams.publish import publish_samples
-from perfsift.streams.runner import StageError, StageRunner, run_in_thread
+from perfsift.streams.runner import StageError, StageRunner, consumer_settings, run_in_thread
 from perfsift.streams.tools import contract_app
 from perfsift.streams.tools import forecast as forecast_command
 from perfsift.streams.tools import select_metrics as select_metrics_command
@@ -248,17 +247,8 @@ def tail(
     if not bootstrap:
         raise fail("tail needs --bootstrap (or PERFSIFT_BOOTSTRAP)")
     props = kafka_properties(bootstrap, parse_props(kafka_prop))
-    c = Consumer(
-        {
-            **props,
-            "group.id": f"perfsift.tail.{time.time_ns()}",
-            "enable.auto.commit": False,
-            "auto.offset.reset": "earliest" if from_beginning else "latest",
-            "session.timeout.ms": 6000,
-            "heartbeat.interval.ms": 500,
-            "logger": kafka_logger(),
-        }
-    )
+    settings = consumer_settings(props, f"perfsift.tail.{time.time_ns()}")
+    c = Consumer({**settings, "auto.offset.reset": "earliest" if from_beginning else "latest"})
     c.subscribe([topic])
     stop = threading.Event()
     n, last = 0, time.monotonic()

@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 import pytest
 from perfsift.streams.broker import EmbeddedBroker
-from perfsift.streams.logs import kafka_logger
+from perfsift.streams.runner import consumer_settings
 
 
 @pytest.fixture(scope="session")
@@ -37,17 +37,8 @@ def read_topic(
     """Read ``topic`` from the beginning (all partitions) until ``until(records)`` or timeout."""
     from confluent_kafka import Consumer
 
-    c = Consumer(
-        {
-            **props,
-            "group.id": f"reader-{uuid.uuid4().hex}",
-            "auto.offset.reset": "earliest",
-            "enable.auto.commit": False,
-            "session.timeout.ms": 6000,
-            "heartbeat.interval.ms": 500,
-            "logger": kafka_logger(),
-        }
-    )
+    isolation = props.get("isolation.level", "read_uncommitted")  # the runner's settings, this reader's group
+    c = Consumer(consumer_settings(props, f"reader-{uuid.uuid4().hex}", isolation))
     c.subscribe([topic])
     records: list[Any] = []
     deadline = time.monotonic() + timeout

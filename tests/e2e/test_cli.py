@@ -3,17 +3,13 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.e2e.cli import perfsift
+
 pytestmark = pytest.mark.e2e
-
-
-def perfsift(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "perfsift", *args], capture_output=True, text=True, timeout=timeout)
 
 
 def test_run_on_the_embedded_default_processes_every_demo_sample(tmp_path: Path) -> None:

@@ -3,19 +3,15 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import orjson
 import pytest
 from perfsift.producers.synth import gridftp
 
+from tests.e2e.cli import perfsift
+
 pytestmark = pytest.mark.e2e
-
-
-def perfsift(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "perfsift", *args], capture_output=True, text=True, timeout=180)
 
 
 def write(path: Path, seed: int) -> Path:
