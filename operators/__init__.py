@@ -8,6 +8,16 @@ from perfsift.operators.base import Operator, SnapshotError
 from perfsift.operators.batch import Batch
 from perfsift.operators.contract import ContractMonitor
 from perfsift.operators.forecast import ForecastBank
+from perfsift.operators.pursuit import ProjectionPursuit
 from perfsift.operators.smooth import Ewma, SlidingMean
 
-__all__ = ["Batch", "ContractMonitor", "Ewma", "ForecastBank", "Operator", "SlidingMean", "SnapshotError"]
+__all__ = [
+    "Batch",
+    "ContractMonitor",
+    "Ewma",
+    "ForecastBank",
+    "Operator",
+    "ProjectionPursuit",
+    "SlidingMean",
+    "SnapshotError",
+]

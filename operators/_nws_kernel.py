@@ -9,18 +9,9 @@ come out of one pass, and series run in parallel.
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
-import numba
 import numpy as np
 from numba import njit, prange
-
-if not os.environ.get("NUMBA_CACHE_DIR"):
-    # Compiled code goes to the user's cache, never into site-packages: files pip does not know
-    # about would survive an uninstall and turn the package directory into a namespace package.
-    _cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "perfsift" / "numba"
-    numba.config.CACHE_DIR = str(_cache)  # type: ignore[attr-defined]
+from perfsift.operators import _numba  # noqa: F401  (sets the kernel cache directory)
 
 HISTORY = 100
 RING = 101

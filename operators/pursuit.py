@@ -7,22 +7,30 @@ the exact 3-D moment index (Jones–Sibson / Nason, k-statistics) with its analy
 L-BFGS over orthonormal 3-frames (polar parametrisation) from random and warm starts, and name
 and rank the metrics through structure loadings, varimax and communalities.
 
-The streaming operator (periods, stacked snapshots, selection records) builds on this module.
+:class:`ProjectionPursuit` is the streaming operator: per job and update period it stacks recent
+smoothed snapshots of every node, runs the analysis with a warm start from the previous period and
+returns one ``pursuit`` selection record (or an explained ``skipped`` one).
 """
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import scipy.optimize
+from perfsift.operators.base import Operator
+from perfsift.operators.batch import Batch
 
-DELTA = (
-    np.einsum("ab,cd->abcd", np.eye(3), np.eye(3))
-    + np.einsum("ac,bd->abcd", np.eye(3), np.eye(3))
-    + np.einsum("ad,bc->abcd", np.eye(3), np.eye(3))
-)
+
+def _delta(k: int) -> np.ndarray:
+    """δ_ab δ_cd + δ_ac δ_bd + δ_ad δ_bc for k dimensions (the Gaussian fourth-moment term)."""
+    e = np.eye(k)
+    return np.einsum("ab,cd->abcd", e, e) + np.einsum("ac,bd->abcd", e, e) + np.einsum("ad,bc->abcd", e, e)
+
+
+DELTAS = {k: _delta(k) for k in (1, 2, 3)}
 
 
 def _constants(n: int, cumulants: str, pp3_compat: bool) -> tuple[float, float, float]:
@@ -40,21 +48,22 @@ def _constants(n: int, cumulants: str, pp3_compat: bool) -> tuple[float, float, 
 def cumulant_tensors(
     y: np.ndarray, cumulants: str = "kstat", pp3_compat: bool = False
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Third- and fourth-order k-statistic (or plain cumulant) tensors of sphered projections y (N×3)."""
-    n = len(y)
+    """Third- and fourth-order k-statistic (or plain cumulant) tensors of sphered projections y (N×k)."""
+    n, k = y.shape
     c3, c4, c4p = _constants(n, cumulants, pp3_compat)
-    p2 = (y[:, :, None] * y[:, None, :]).reshape(n, 9)
-    s3 = (p2.T @ y).reshape(3, 3, 3)
-    s4 = (p2.T @ p2).reshape(3, 3, 3, 3)
-    return c3 * s3, c4 * s4 - c4p * DELTA
+    p2 = (y[:, :, None] * y[:, None, :]).reshape(n, k * k)
+    s3 = (p2.T @ y).reshape(k, k, k)
+    s4 = (p2.T @ p2).reshape(k, k, k, k)
+    return c3 * s3, c4 * s4 - c4p * DELTAS[k]
 
 
 def moment_index(
     z: np.ndarray, w: np.ndarray, cumulants: str = "kstat", pp3_compat: bool = False, gradient: bool = False
 ) -> Any:
-    """The 3-D moment index ``I(W) = Σk_abc²/12 + Σk_abcd²/48`` of sphered data z (N×d) along the
-    orthonormal frame w (d×3); with ``gradient`` also ``∇_W I = zᵀG`` (§1.4). ``pp3_compat`` returns
-    PP3's value (its 4th-order constant and the ×12 scale)."""
+    """The moment index ``I(W) = Σk_abc²/12 + Σk_abcd²/48`` of sphered data z (N×d) along the
+    orthonormal frame w (d×k, k = 3 in the spec; 1 or 2 give the same index in fewer dimensions);
+    with ``gradient`` also ``∇_W I = zᵀG`` (§1.4). ``pp3_compat`` returns PP3's value (its
+    4th-order constant and the ×12 scale)."""
     n = len(z)
     y = z @ w
     k3, k4 = cumulant_tensors(y, cumulants, pp3_compat)
@@ -63,9 +72,10 @@ def moment_index(
     if not gradient:
         return value
     c3, c4, _ = _constants(n, cumulants, pp3_compat)
-    p2 = (y[:, :, None] * y[:, None, :]).reshape(n, 9)
-    p3 = (p2[:, :, None] * y[:, None, :]).reshape(n, 27)
-    g = (c3 / 2) * (p2 @ k3.reshape(3, 9).T) + (c4 / 6) * (p3 @ k4.reshape(3, 27).T)
+    k = y.shape[1]
+    p2 = (y[:, :, None] * y[:, None, :]).reshape(n, k * k)
+    p3 = (p2[:, :, None] * y[:, None, :]).reshape(n, k**3)
+    g = (c3 / 2) * (p2 @ k3.reshape(k, k * k).T) + (c4 / 6) * (p3 @ k4.reshape(k, k**3).T)
     return value, scale * (z.T @ g), scale * g
 
 
@@ -185,8 +195,16 @@ def projection_pursuit(
     maxiter: int = 300,
     warm_start: np.ndarray | None = None,
     warm_names: list[str] | None = None,
+    optimizer: str = "lbfgs",
+    dims: int = 3,
 ) -> PursuitResult:
     """One projection-pursuit analysis of x (rows × metrics); see the module docstring.
+
+    ``optimizer``: ``"lbfgs"`` (compiled L-BFGS, restarts in parallel; the default), ``"scipy"``
+    (scipy's L-BFGS-B on the numpy index, the reference) or ``"scipy-fd"`` (the same with
+    finite-difference gradients, the baseline the benchmark compares against). ``dims``: dimension
+    of the projection (3 in the spec; 1 and 2 use the same index in fewer dimensions and the scipy
+    optimiser) — as many metrics are named, and all are ranked.
 
     ``warm_start``: metric-space weights B of a previous result (rows named by ``warm_names``),
     mapped into the new sphered coordinates as an extra start.
@@ -213,10 +231,10 @@ def projection_pursuit(
             0.0,
             [],
             zero,
-            np.zeros((d, 3)),
-            np.zeros((len(sph.kept), 3)),
-            np.zeros((0, 3)),
-            np.zeros((0, 3)),
+            np.zeros((d, dims)),
+            np.zeros((len(sph.kept), dims)),
+            np.zeros((0, dims)),
+            np.zeros((0, dims)),
             {**diag, "skipped": True},
             reason,
             kept_names,
@@ -224,8 +242,8 @@ def projection_pursuit(
 
     if len(sph.kept) < 2:
         return skipped("fewer than 2 non-constant metrics")
-    if d < 3:
-        return skipped(f"only {d} sphered dimensions (need 3; rows {n})")
+    if d < dims:
+        return skipped(f"only {d} sphered dimensions (need {dims}; rows {n})")
     mode = ("log" if n < 100 * d else "none") if trim == "auto" else trim
     zi, t_mat, n_trim = trim_rows(sph.z, mode, trim_limit, trim_form)
     diag.update(trim=mode, trimmed_rows=n_trim)
@@ -233,7 +251,7 @@ def projection_pursuit(
         return skipped("too few rows")
 
     def objective(a_flat: np.ndarray) -> tuple[float, np.ndarray]:
-        a = a_flat.reshape(d, 3)
+        a = a_flat.reshape(d, dims)
         u, s, vt = np.linalg.svd(a, full_matrices=False)
         w = u @ vt
         value, grad, _ = moment_index(zi, w, cumulants, pp3_compat, gradient=True)
@@ -244,25 +262,52 @@ def projection_pursuit(
     starts = []
     if warm_start is not None and warm_names is not None:
         pos = {m: i for i, m in enumerate(warm_names)}
-        b_prev = np.array([warm_start[pos[m]] if m in pos else np.zeros(3) for m in kept_names])
+        b_prev = np.array([warm_start[pos[m]] if m in pos else np.zeros(dims) for m in kept_names])
         a0 = np.diag(np.sqrt(sph.values)) @ sph.vectors.T @ b_prev
         a0 = np.linalg.solve(t_mat, a0) if mode != "none" else a0
         sv = np.linalg.svd(a0, compute_uv=False)
         if sv[-1] > 1e-8 * sv[0]:
             starts.append(a0)
-    while len(starts) < restarts + (1 if starts else 0):
-        a0 = rng.normal(size=(d, 3))
+    target = len(starts) + restarts  # the warm start (if usable) comes on top of the random ones
+    while len(starts) < target:
+        a0 = rng.normal(size=(d, dims))
         sv = np.linalg.svd(a0, compute_uv=False)
         if sv[-1] > 1e-8 * sv[0]:
             starts.append(a0)
     optima: list[tuple[float, np.ndarray]] = []
     converged = 0
-    for a0 in starts:
-        res = scipy.optimize.minimize(
-            objective, a0.ravel(), jac=True, method="L-BFGS-B", options={"gtol": gtol, "maxiter": maxiter}
-        )
-        converged += bool(res.success)
-        optima.append((-float(res.fun), polar(res.x.reshape(d, 3))))
+    evaluations = 0
+    if dims not in (1, 2, 3):
+        raise ValueError(f"dims must be 1, 2 or 3, got {dims}")
+    if optimizer == "lbfgs" and dims == 3:
+        from perfsift.operators import _pp_kernel
+
+        # The kernel maximises the unscaled index; pp3_compat only rescales it (×12, same argmax).
+        consts = _constants(len(zi), cumulants, pp3_compat)
+        found, _, _, evals, status = _pp_kernel.run(np.array(starts), zi, consts, gtol, maxiter)
+        for a in found:
+            w = polar(a)
+            optima.append((float(moment_index(zi, w, cumulants, pp3_compat)), w))
+        converged = int((status <= 1).sum())
+        evaluations = int(evals.sum())
+    elif optimizer in ("lbfgs", "scipy", "scipy-fd"):
+        for a0 in starts:
+            if optimizer != "scipy-fd":
+                res = scipy.optimize.minimize(
+                    objective, a0.ravel(), jac=True, method="L-BFGS-B", options={"gtol": gtol, "maxiter": maxiter}
+                )
+            else:
+                res = scipy.optimize.minimize(
+                    lambda a: objective(a)[0],
+                    a0.ravel(),
+                    method="L-BFGS-B",
+                    options={"gtol": gtol, "maxiter": maxiter},
+                )
+            converged += bool(res.success)
+            evaluations += int(res.nfev)
+            optima.append((-float(res.fun), polar(res.x.reshape(d, dims))))
+    else:
+        raise ValueError(f"optimizer must be 'lbfgs', 'scipy' or 'scipy-fd', got {optimizer!r}")
     best_value, best_w = max(optima, key=lambda o: o[0])
     distinct: list[tuple[float, np.ndarray]] = []
     hits = 0
@@ -278,11 +323,11 @@ def projection_pursuit(
     yc = (y - y.mean(axis=0)) / y.std(axis=0)
     loadings = np.clip(xt.T @ yc / n, -1.0, 1.0)  # structure loadings corr(x̃_j, y_a)
     rotated = varimax(loadings)
-    c_yy = np.corrcoef(y.T)
-    comm = np.einsum("ja,ab,jb->j", loadings, np.linalg.inv(c_yy), loadings)
+    c_yy = np.atleast_2d(np.corrcoef(y.T))
+    comm = np.einsum("ja,ab,jb->j", loadings, np.linalg.pinv(c_yy), loadings)
     comm = np.clip(comm, 0.0, 1.0)
     named: list[str] = []
-    for a in range(3):
+    for a in range(dims):
         by_loading = np.argsort(-np.abs(rotated[:, a]), kind="stable")
         j = next(int(j) for j in by_loading if kept_names[int(j)] not in named)
         named.append(kept_names[j])
@@ -293,9 +338,401 @@ def projection_pursuit(
     diag.update(
         restarts=len(starts),
         restarts_converged=converged,
+        evaluations=evaluations,
         distinct_optima=len(distinct),
         best_hits=hits,
         unstable_optimum=len(starts) >= 10 and hits == 1,
         skipped=False,
     )
     return PursuitResult(best_value, named, ranking, best_w, weights, loadings, rotated, diag, metrics=kept_names)
+
+
+# -- the streaming operator ------------------------------------------------------------------------
+
+
+class _JobState:
+    """Per job: a ring of each node's most recent smoothed rows, and the last result."""
+
+    def __init__(self, capacity: int) -> None:
+        self.metrics: list[str] = []
+        self.metric_ix: dict[str, int] = {}
+        self.nodes: list[str] = []
+        self.node_ix: dict[str, int] = {}
+        self.ring = np.full((0, capacity, 0), np.nan)  # node × position × metric
+        self.count = np.zeros(0, dtype=np.int64)  # rows ever written per node (position = count % capacity)
+        self.last_ts = np.zeros(0)  # newest event time per node
+        self.period: int | None = None  # index of the open period
+        self.late = 0
+        self.version = 0
+        self.selected: list[str] = []
+        self.scores: dict[str, float] = {}
+        self.index: float | None = None
+        self.weights: np.ndarray | None = None  # B of the last result, rows = weight_names
+        self.weight_names: list[str] = []
+
+
+class ProjectionPursuit(Operator):
+    """Dynamic projection pursuit per job and update period (METHODS.md §1; Vetter & Reed, SC'99).
+
+    Consumes smoothed samples (all nodes of a job: the stage reads a topic keyed by job) and, each
+    time event time crosses a period boundary, analyses the period that just ended and returns one
+    ``pursuit`` selection record (``schemas/selection.avsc``) — a result, or a ``skipped`` record
+    with the reason and the previous selection. A period never fails silently: numerical errors
+    become skipped records too, and every number in a record is finite.
+
+    Parameters
+    ----------
+    period : float
+        Update period τ in seconds of event time; periods are aligned to multiples of τ.
+    window : int
+        Smoothing window w of the input (samples). Stacked snapshots are taken every w samples so
+        they share no smoothing window (§1.2).
+    row_mode : str
+        ``"stacked"`` (default: N = P·h rows from the last h snapshots of every node) or
+        ``"processors"`` (the paper: N = P, the newest snapshot only).
+    h_max : int
+        Most snapshots stacked per node.
+    target_rows_per_dim : int
+        h = ceil(target_rows_per_dim · n_eff / P), capped by ``h_max`` and by what is available.
+    n_max : int
+        Rows beyond this are subsampled uniformly (seeded).
+    trim, trim_limit, cumulants, pp3_compat, restarts, optimizer, dims
+        As in :func:`projection_pursuit`.
+    rounds : int
+        Repeated PP: after each round the named metrics are removed and PP runs again on the rest,
+        so ``selected`` ranks ``dims · rounds`` metrics (scores stay those of the first round).
+    min_nodes : int
+        Periods with fewer reporting nodes are skipped.
+    seed : int
+        Seed of the restarts; period k of a job uses the seed (seed, k), so a replay or a restored
+        snapshot reproduces the same records.
+    """
+
+    STATE_VERSION = 1
+
+    def __init__(
+        self,
+        period: float = 30.0,
+        window: int = 5,
+        row_mode: str = "stacked",
+        h_max: int = 10,
+        target_rows_per_dim: int = 50,
+        n_max: int = 4000,
+        trim: str = "auto",
+        trim_limit: float = 3.0,
+        cumulants: str = "kstat",
+        pp3_compat: bool = False,
+        restarts: int = 10,
+        optimizer: str = "lbfgs",
+        dims: int = 3,
+        rounds: int = 1,
+        min_nodes: int = 2,
+        seed: int = 0,
+    ) -> None:
+        self.period = period
+        self.window = window
+        self.row_mode = row_mode
+        self.h_max = h_max
+        self.target_rows_per_dim = target_rows_per_dim
+        self.n_max = n_max
+        self.trim = trim
+        self.trim_limit = trim_limit
+        self.cumulants = cumulants
+        self.pp3_compat = pp3_compat
+        self.restarts = restarts
+        self.optimizer = optimizer
+        self.dims = dims
+        self.rounds = rounds
+        self.min_nodes = min_nodes
+        self.seed = seed
+
+    # -- parameters and state ------------------------------------------------------------------
+    def reset(self) -> None:
+        if not self.period > 0:
+            raise ValueError(f"period must be > 0 seconds, got {self.period}")
+        if self.window < 1 or self.h_max < 1 or self.rounds < 1 or self.restarts < 1:
+            raise ValueError("window, h_max, rounds and restarts must be >= 1")
+        if self.row_mode not in ("stacked", "processors"):
+            raise ValueError(f"row_mode must be 'stacked' or 'processors', got {self.row_mode!r}")
+        if self.dims not in (1, 2, 3):
+            raise ValueError(f"dims must be 1, 2 or 3, got {self.dims}")
+        if self.trim not in ("auto", "none", "log", "sqrt", "remove"):
+            raise ValueError(f"trim must be auto, none, log, sqrt or remove, got {self.trim!r}")
+        if self.optimizer not in ("lbfgs", "scipy", "scipy-fd"):
+            raise ValueError(f"optimizer must be lbfgs, scipy or scipy-fd, got {self.optimizer!r}")
+        self.jobs_: dict[str, _JobState] = {}
+
+    @property
+    def capacity(self) -> int:
+        """Rows kept per node: enough for h_max snapshots w samples apart."""
+        return (self.h_max - 1) * self.window + 1 if self.row_mode == "stacked" else 1
+
+    # -- streaming -------------------------------------------------------------------------------
+    def update(self, batch: Batch) -> list[dict[str, Any]]:
+        if not hasattr(self, "jobs_"):
+            self.reset()
+        records: list[dict[str, Any]] = []
+        for ji, job in enumerate(batch.jobs):
+            rows = np.nonzero(batch.job_idx == ji)[0]
+            if len(rows):
+                records += self._update_job(job, batch, rows)
+        return records
+
+    def flush(self) -> list[dict[str, Any]]:
+        """Close every job's open period (end of an archived trace)."""
+        out = []
+        for job, st in getattr(self, "jobs_", {}).items():
+            if st.period is not None:
+                out.append(self._analyse(job, st, st.period))
+                st.period = None
+        return out
+
+    def _update_job(self, job: str, batch: Batch, rows: np.ndarray) -> list[dict[str, Any]]:
+        st = self.jobs_.get(job)
+        if st is None:
+            st = self.jobs_[job] = _JobState(self.capacity)
+        rows = rows[np.argsort(batch.ts[rows], kind="stable")]
+        periods = np.floor(batch.ts[rows] / self.period).astype(np.int64)
+        cols = self._metric_columns(st, batch.metrics)
+        out: list[dict[str, Any]] = []
+        bounds = np.flatnonzero(np.diff(periods)) + 1
+        for chunk in np.split(np.arange(len(rows)), bounds):
+            p = int(periods[chunk[0]])
+            if st.period is None:
+                st.period = p
+            elif p > st.period:
+                out.append(self._analyse(job, st, st.period))
+                if p > st.period + 1:
+                    out.append(self._gap(job, st, st.period + 1, p))
+                st.period = p
+            elif p < st.period:
+                st.late += len(chunk)
+            self._append(st, batch, rows[chunk], cols)
+        return out
+
+    def _metric_columns(self, st: _JobState, metrics: tuple[str, ...]) -> np.ndarray:
+        for m in metrics:
+            if m not in st.metric_ix:
+                st.metric_ix[m] = len(st.metrics)
+                st.metrics.append(m)
+        if st.ring.shape[2] < len(st.metrics):
+            extra = np.full((st.ring.shape[0], st.ring.shape[1], len(st.metrics) - st.ring.shape[2]), np.nan)
+            st.ring = np.concatenate([st.ring, extra], axis=2)
+        return np.array([st.metric_ix[m] for m in metrics], dtype=np.int64)
+
+    def _append(self, st: _JobState, batch: Batch, rows: np.ndarray, cols: np.ndarray) -> None:
+        names = batch.nodes
+        node_codes = batch.node_idx[rows]
+        for code in np.unique(node_codes).tolist():
+            node = names[code]
+            k = st.node_ix.get(node)
+            if k is None:
+                k = st.node_ix[node] = len(st.nodes)
+                st.nodes.append(node)
+                st.ring = np.concatenate([st.ring, np.full((1, *st.ring.shape[1:]), np.nan)], axis=0)
+                st.count = np.append(st.count, 0)
+                st.last_ts = np.append(st.last_ts, -np.inf)
+            mine = rows[node_codes == code]
+            cap = st.ring.shape[1]
+            mine = mine[-cap:]  # only the newest rows can survive in the ring
+            pos = (st.count[k] + np.arange(len(mine))) % cap
+            block = np.full((len(mine), st.ring.shape[2]), np.nan)
+            block[:, cols] = batch.values[mine]
+            st.ring[k, pos] = block
+            st.count[k] += len(mine)
+            st.last_ts[k] = max(st.last_ts[k], float(batch.ts[mine].max()))
+
+    # -- one period --------------------------------------------------------------------------
+    def _matrix(self, st: _JobState, start: float) -> tuple[np.ndarray, list[str], dict[str, Any]]:
+        """Rows = reporting nodes × stacked snapshots, columns = metrics (§1.2 step 1)."""
+        live = np.flatnonzero((st.last_ts >= start) & (st.count > 0))
+        cap = st.ring.shape[1]
+        info: dict[str, Any] = {"nodes": len(live)}
+        if len(live) == 0:
+            return np.zeros((0, len(st.metrics))), st.metrics, info
+        w = self.window if self.row_mode == "stacked" else 1
+        avail = np.minimum((np.minimum(st.count[live], cap) - 1) // w + 1, self.h_max)
+        newest = (st.count[live] - 1) % cap
+
+        def snapshots(h: int) -> np.ndarray:
+            parts = []
+            for i, k in enumerate(live.tolist()):
+                take = min(h, int(avail[i]))
+                pos = (newest[i] - w * np.arange(take)) % cap
+                parts.append(st.ring[k, pos])
+            return np.concatenate(parts, axis=0)
+
+        if self.row_mode == "processors":
+            h = 1
+        else:
+            probe = snapshots(self.h_max)
+            ok = ~np.isnan(probe)
+            present = ok.mean(axis=0) >= 0.5
+            with warnings.catch_warnings():  # all-NaN columns: their sd is NaN, which the test rejects
+                warnings.simplefilter("ignore", RuntimeWarning)
+                sd = np.nanstd(np.where(ok, probe, np.nan), axis=0)
+                mean = np.abs(np.nanmean(np.where(ok, probe, np.nan), axis=0))
+            n_eff = int((present & (sd > np.maximum(1e-9 * mean, 1e-12))).sum())
+            h = int(np.clip(np.ceil(self.target_rows_per_dim * max(n_eff, 1) / len(live)), 1, self.h_max))
+        x = snapshots(h)
+        info["snapshots"] = h
+        return x, st.metrics, info
+
+    def _analyse(self, job: str, st: _JobState, period: int) -> dict[str, Any]:
+        start, end = period * self.period, (period + 1) * self.period
+        x, names, info = self._matrix(st, start)
+        info["late_rows"] = st.late
+        st.late = 0
+        if info["nodes"] < self.min_nodes:
+            return self._skipped(job, st, start, end, f"{info['nodes']} nodes reported (need {self.min_nodes})", info)
+        # Missing values: metrics absent from half the rows or more are left out (importance 0),
+        # then rows still missing a value are dropped.
+        present = (~np.isnan(x)).mean(axis=0) >= 0.5
+        missing = [m for m, ok in zip(names, present, strict=True) if not ok]
+        cols = np.flatnonzero(present)
+        x = x[:, cols]
+        x = x[~np.isnan(x).any(axis=1)]
+        used = [names[j] for j in cols]
+        info.update(rows=len(x), missing_metrics=",".join(missing))
+        rng = np.random.default_rng([self.seed, period & 0x7FFFFFFF])
+        if len(x) > self.n_max:
+            x = x[np.sort(rng.choice(len(x), self.n_max, replace=False))]
+            info.update(rows=len(x), subsampled=True)
+        if len(used) < 2 or len(x) < 8:
+            return self._skipped(job, st, start, end, f"{len(used)} metrics with values in {len(x)} rows", info)
+        try:
+            with np.errstate(all="ignore"):
+                res = self._rounds(x, used, rng, st)
+        except (np.linalg.LinAlgError, ValueError, FloatingPointError, ZeroDivisionError) as exc:
+            return self._skipped(job, st, start, end, f"numerical failure: {type(exc).__name__}: {exc}", info)
+        first = res[0]
+        if first.skipped is not None:
+            return self._skipped(job, st, start, end, first.skipped, {**info, **_flat(first.diagnostics)})
+        if not np.isfinite(first.index) or not all(np.isfinite(v) for _, v in first.ranking):
+            return self._skipped(job, st, start, end, "non-finite index or scores", info)
+        selected: list[str] = []
+        for r in res:
+            if r.skipped is None:
+                selected += [m for m in r.named if m not in selected]
+        scores = {m: float(v) for m, v in first.ranking}
+        scores.update({m: 0.0 for m in missing})
+        st.weights, st.weight_names = first.weights, list(first.metrics)
+        if selected != st.selected:
+            st.version += 1
+        st.selected, st.scores, st.index = selected, scores, float(first.index)
+        return self._record(job, st, start, end, None, {**info, **_flat(first.diagnostics), "rounds": len(res)})
+
+    def _rounds(self, x: np.ndarray, names: list[str], rng: np.random.Generator, st: _JobState) -> list[PursuitResult]:
+        out: list[PursuitResult] = []
+        cols = list(range(len(names)))
+        for r in range(self.rounds):
+            res = projection_pursuit(
+                x[:, cols],
+                [names[j] for j in cols],
+                seed=int(rng.integers(2**31)),
+                restarts=self.restarts,
+                trim=self.trim,
+                trim_limit=self.trim_limit,
+                cumulants=self.cumulants,
+                pp3_compat=self.pp3_compat,
+                optimizer=self.optimizer,
+                dims=self.dims,
+                warm_start=st.weights if r == 0 and st.weights is not None else None,
+                warm_names=st.weight_names if r == 0 else None,
+            )
+            out.append(res)
+            if res.skipped is not None:
+                break
+            cols = [j for j in cols if names[j] not in res.named]
+            if len(cols) < 2:
+                break
+        return out
+
+    def _skipped(
+        self, job: str, st: _JobState, start: float, end: float, reason: str, info: dict[str, Any]
+    ) -> dict[str, Any]:
+        return self._record(job, st, start, end, reason, info)
+
+    def _gap(self, job: str, st: _JobState, first: int, stop: int) -> dict[str, Any]:
+        n = stop - first
+        return self._record(
+            job, st, first * self.period, stop * self.period, f"no samples in {n} period{'s' if n > 1 else ''}", {}
+        )
+
+    def _record(
+        self, job: str, st: _JobState, start: float, end: float, skipped: str | None, info: dict[str, Any]
+    ) -> dict[str, Any]:
+        """A ``pursuit`` selection record; a skipped one carries the previous selection."""
+        return {
+            "job": job,
+            "kind": "pursuit",
+            "version": st.version,
+            "period_start": float(start),
+            "period_end": float(end),
+            "selected": list(st.selected),
+            "scores": dict(st.scores),
+            "index": st.index,
+            "r2": None,
+            "reduction_degree": None,
+            "clusters": [],
+            "skipped": skipped,
+            "diagnostics": {k: v for k, v in info.items() if v is not None},
+        }
+
+    # -- snapshots ----------------------------------------------------------------------------
+    def _state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        meta: dict[str, Any] = {"jobs": []}
+        arrays: dict[str, np.ndarray] = {}
+        for i, (job, st) in enumerate(self.jobs_.items()):
+            meta["jobs"].append(
+                {
+                    "job": job,
+                    "metrics": st.metrics,
+                    "nodes": st.nodes,
+                    "period": st.period,
+                    "late": st.late,
+                    "version": st.version,
+                    "selected": st.selected,
+                    "scores": st.scores,
+                    "index": st.index,
+                    "weight_names": st.weight_names,
+                }
+            )
+            arrays[f"{i}_ring"], arrays[f"{i}_count"], arrays[f"{i}_last"] = st.ring, st.count, st.last_ts
+            if st.weights is not None:
+                arrays[f"{i}_weights"] = st.weights
+        return meta, arrays
+
+    def _load_state(self, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
+        for i, j in enumerate(meta["jobs"]):
+            st = _JobState(self.capacity)
+            st.metrics = list(j["metrics"])
+            st.metric_ix = {m: k for k, m in enumerate(st.metrics)}
+            st.nodes = list(j["nodes"])
+            st.node_ix = {n: k for k, n in enumerate(st.nodes)}
+            st.period, st.late, st.version = j["period"], j["late"], j["version"]
+            st.selected, st.scores, st.index = list(j["selected"]), dict(j["scores"]), j["index"]
+            st.weight_names = list(j["weight_names"])
+            st.ring, st.count, st.last_ts = (arrays[f"{i}_{k}"].copy() for k in ("ring", "count", "last"))
+            st.weights = arrays[f"{i}_weights"].copy() if f"{i}_weights" in arrays else None
+            self.jobs_[j["job"]] = st
+
+
+def _flat(diag: dict[str, Any]) -> dict[str, Any]:
+    """Diagnostics as the record's scalar map (lists become comma-separated strings; eigenvalues
+    are summarised)."""
+    out: dict[str, Any] = {}
+    for k, v in diag.items():
+        if k == "eigenvalues":
+            if v:
+                out["eig_ratio"] = max(float(v[-1] / v[0]), 0.0) if v[0] > 0 else 0.0
+            continue
+        if isinstance(v, np.generic):
+            v = v.item()
+        if isinstance(v, list):
+            out[k] = ",".join(map(str, v))
+        elif isinstance(v, (bool, int, float, str)) or v is None:
+            out[k] = v
+        else:
+            out[k] = str(v)
+    return out

@@ -151,3 +151,157 @@ def gridftp(
         "redundancy_level": 0.99,
     }
     return samples, truth
+
+
+#: Vetter & Reed's Table 1 metrics (SC'99), the columns of the SPMD scenarios
+TABLE1 = (
+    "cpu_idle",
+    "cpu_user",
+    "cpu_kern",
+    "ctx_switches",
+    "interrupts",
+    "forks",
+    "disk_lread",
+    "disk_lwrite",
+    "disk_pread",
+    "disk_pwrite",
+    "pkts_in",
+    "pkts_out",
+)
+
+#: per SPMD scenario: metrics that are independent bursty processes across processors (the
+#: structure projection pursuit should find), nearly constant ones, exactly constant ones, and
+#: whether the network traffic is periodic with a per-node phase (a wavefront) or in step
+SPMD_SCENARIOS: dict[str, dict[str, Any]] = {
+    "cactus": {
+        "bursty": ("disk_pwrite", "disk_lwrite", "forks"),
+        "near_constant": ("disk_lread",),
+        "constant": ("disk_pread",),
+        "phased_network": False,
+        "period": 120.0,
+    },
+    "sweep3d": {
+        "bursty": ("disk_pwrite", "disk_lwrite", "interrupts"),
+        "near_constant": ("forks",),
+        "constant": ("disk_pread",),
+        "phased_network": True,
+        "period": 40.0,
+    },
+    "smg98": {
+        "bursty": ("disk_pwrite", "forks", "ctx_switches"),
+        "near_constant": ("disk_lread", "disk_lwrite"),
+        "constant": ("disk_pread",),
+        "phased_network": False,
+        "period": 60.0,
+    },
+}
+
+_BASE = {
+    "cpu_user": 70.0,
+    "cpu_kern": 8.0,
+    "ctx_switches": 900.0,
+    "interrupts": 1200.0,
+    "forks": 0.5,
+    "disk_lread": 40.0,
+    "disk_lwrite": 60.0,
+    "disk_pread": 0.0,
+    "disk_pwrite": 20.0,
+    "pkts_in": 5000.0,
+    "pkts_out": 5000.0,
+}
+
+
+def spmd(
+    scenario: str = "cactus",
+    nodes: int = 12,
+    metrics: int = 12,
+    duration: int = 600,
+    seed: int = 0,
+    interval: float = 1.0,
+    burst_rate: float = 0.03,
+    burst_length: float = 6.0,
+    outliers: float = 0.0,
+    missing: float = 0.0,
+    t0: float = 1.7e9,
+    job: str | None = None,
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """(samples, ground truth) of an SPMD code shaped like the SC'99 paper's applications.
+
+    Every processor runs the same phases, so most metrics follow a common trend (a slow cycle of
+    period ``SPMD_SCENARIOS[s]["period"]`` seconds) plus 1 % noise; a few are nearly constant or
+    exactly constant; three are independent on/off bursty processes per processor (a burst starts
+    with probability ``burst_rate`` per sample and lasts ``burst_length`` samples on average, at
+    50–200× the base rate), which is what makes processors differ. ``sweep3d`` adds a per-node
+    phase to the network traffic (a wavefront). With ``metrics`` > 12 the extra columns
+    ``extra_NN`` follow the common trend. ``outliers``: share of values multiplied by 20–100
+    (positions in the ground truth); ``missing``: share of values left out.
+    """
+    if scenario not in SPMD_SCENARIOS:
+        raise ValueError(f"unknown SPMD scenario {scenario!r}; known: {', '.join(SPMD_SCENARIOS)}")
+    if metrics < len(TABLE1):
+        raise ValueError(f"metrics must be at least {len(TABLE1)} (Table 1), got {metrics}")
+    spec = SPMD_SCENARIOS[scenario]
+    rng = np.random.default_rng(seed)
+    steps = int(duration / interval)
+    t = np.arange(steps) * interval
+    names = list(TABLE1) + [f"extra_{i:02d}" for i in range(metrics - len(TABLE1))]
+    cycle = 1 + 0.3 * np.sin(2 * np.pi * t / spec["period"])  # the common trend
+    vals = np.empty((steps, nodes, len(names)))
+    for j, m in enumerate(names):
+        base = _BASE.get(m, 100.0 * (j + 1))
+        if m in spec["constant"]:
+            vals[:, :, j] = base
+        elif m in spec["near_constant"]:
+            vals[:, :, j] = base * (1 + 1e-3 * rng.normal(size=(steps, nodes)))
+        elif m in spec["bursty"]:
+            on = np.zeros((steps, nodes), dtype=bool)
+            state = rng.random(nodes) < burst_rate * burst_length / (1 + burst_rate * burst_length)
+            for s in range(steps):
+                flip = rng.random(nodes)
+                state = np.where(state, flip >= 1 / burst_length, flip < burst_rate)
+                on[s] = state
+            level = base * rng.uniform(50, 200, size=(steps, nodes))
+            vals[:, :, j] = np.where(on, level, base * rng.lognormal(0, 0.05, size=(steps, nodes)))
+        elif m in ("pkts_in", "pkts_out") and spec["phased_network"]:
+            phase = 2 * np.pi * np.arange(nodes) / nodes
+            wave = 1 + 0.5 * np.sin(2 * np.pi * t[:, None] / spec["period"] + phase[None, :])
+            vals[:, :, j] = base * wave * (1 + 0.01 * rng.normal(size=(steps, nodes)))
+        else:
+            vals[:, :, j] = base * cycle[:, None] * (1 + 0.01 * rng.normal(size=(steps, nodes)))
+    user, kern = names.index("cpu_user"), names.index("cpu_kern")
+    vals[:, :, names.index("cpu_idle")] = np.clip(100 - vals[:, :, user] - vals[:, :, kern], 0, 100)
+    injected: list[dict[str, Any]] = []
+    if outliers:
+        hit = rng.random(vals.shape) < outliers
+        for s, p, j in zip(*np.nonzero(hit), strict=True):
+            vals[s, p, j] *= rng.uniform(20, 100)
+            injected.append({"ts": t0 + float(t[s]), "node": f"n{p:02d}", "metric": names[j]})
+    absent = rng.random(vals.shape) < missing if missing else np.zeros(vals.shape, dtype=bool)
+    job = job or scenario
+    samples = []
+    for s in range(steps):
+        for p in range(nodes):
+            row = {m: float(vals[s, p, j]) for j, m in enumerate(names) if not absent[s, p, j]}
+            samples.append({"ts": t0 + float(t[s]), "node": f"n{p:02d}", "job": job, "seq": s, "metrics": row})
+    truth = {
+        "scenario": scenario,
+        "nodes": nodes,
+        "duration": duration,
+        "interval": interval,
+        "metrics": names,
+        "interesting": list(spec["bursty"]),
+        "near_constant": list(spec["near_constant"]),
+        "constant": list(spec["constant"]),
+        "phased": ["pkts_in", "pkts_out"] if spec["phased_network"] else [],
+        "common": [
+            m
+            for m in names
+            if m not in spec["bursty"]
+            and m not in spec["near_constant"]
+            and m not in spec["constant"]
+            and not (spec["phased_network"] and m in ("pkts_in", "pkts_out"))
+        ],
+        "outliers": injected,
+        "missing": int(absent.sum()),
+    }
+    return samples, truth

@@ -27,6 +27,7 @@ from perfsift.streams.config import (
 )
 from perfsift.streams.http import HealthServer
 from perfsift.streams.publish import publish_samples
+from perfsift.streams.pursuit_tool import pursuit as pursuit_command
 from perfsift.streams.runner import StageError, StageRunner, consumer_settings, run_in_thread
 from perfsift.streams.tools import contract_app
 from perfsift.streams.tools import forecast as forecast_command
@@ -387,6 +388,7 @@ def _expected_inputs(cfg: PipelineConfig, runners: list[StageRunner], published:
 app.add_typer(contract_app, name="contract")
 app.command("forecast")(forecast_command)
 app.command("select-metrics")(select_metrics_command)
+app.command("pursuit")(pursuit_command)
 
 
 def main() -> None:

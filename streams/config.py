@@ -18,6 +18,7 @@ import yaml
 from perfsift.operators import ContractMonitor, Ewma, ForecastBank, Operator, SlidingMean
 from perfsift.operators.contract import contract_records
 from perfsift.operators.forecast import forecast_records
+from perfsift.operators.pursuit import ProjectionPursuit
 from perfsift.operators.selection import DataReduction
 
 #: operator names usable in a pipeline file -> class
@@ -27,6 +28,7 @@ OPERATORS: dict[str, type[Operator]] = {
     "forecast": ForecastBank,
     "contract": ContractMonitor,
     "data_reduction": DataReduction,
+    "pursuit": ProjectionPursuit,
 }
 
 #: what a stage publishes: the record schema, how to turn the chain's output into records (None =
@@ -35,7 +37,7 @@ EMITTERS: dict[str, tuple[str, Callable[[Any], list[dict[str, Any]]] | None, str
     "samples": ("sample", None, "node"),
     "contract": ("contract", contract_records, "node"),
     "forecast": ("forecast", forecast_records, "node"),
-    "selection": ("selection", list, "job"),  # DataReduction already returns selection records
+    "selection": ("selection", list, "job"),  # DataReduction and ProjectionPursuit return selection records
 }
 
 GUARANTEES = ("auto", "at_least_once", "exactly_once")

@@ -42,6 +42,7 @@ from perfsift.operators import Batch, Operator, SnapshotError
 from perfsift.schemas import decode_samples, encode_batch, encode_records
 from perfsift.streams.config import EMITTERS, PipelineConfig, StageConfig
 from perfsift.streams.logs import kafka_logger
+from perfsift.streams.topics import TOPICS
 
 log = logging.getLogger("perfsift.runner")
 
@@ -349,11 +350,16 @@ class StageRunner:
 
     def _emit(self, out: Batch | list[dict[str, Any]]) -> None:
         schema, to_records, key_field = EMITTERS[self.stage.emit]
+        by_topic: dict[str, list[bytes]] = {}
         if to_records is None:
             assert isinstance(out, Batch), f"stage {self.stage.name}: emit samples needs a batch"
             encoded = encode_batch(out, self.pipeline.encoding)
             node_keys = [n.encode() for n in out.nodes]
+            job_keys = [j.encode() for j in out.jobs]
             keys = [node_keys[i] for i in out.node_idx.tolist()]
+            for topic, spec in zip(self._out_topics, self.stage.outputs, strict=True):
+                if TOPICS.get(spec) is not None and TOPICS[spec].key == "job":  # e.g. perf.smoothed.byjob
+                    by_topic[topic] = [job_keys[i] for i in out.job_idx.tolist()]
         else:
             records = to_records(out)
             encoded = encode_records(records, self.pipeline.encoding, schema)
@@ -362,7 +368,7 @@ class StageRunner:
         assert self._producer is not None
         produce = self._producer.produce  # the hot loop: one C call per record, no Python wrapper
         for topic in self._out_topics:
-            for value, key in zip(encoded, keys, strict=True):
+            for value, key in zip(encoded, by_topic.get(topic, keys), strict=True):
                 try:
                     produce(topic, value, key)
                 except BufferError:  # local queue full: the slow path waits and retries

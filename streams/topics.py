@@ -30,6 +30,7 @@ TOPICS: dict[str, TopicSpec] = {
         TopicSpec("perf.raw", "node", "sample", "samples as published"),
         TopicSpec("perf.clean", "node", "sample", "outliers handled, missing values imputed, counters scaled"),
         TopicSpec("perf.smoothed", "node", "sample", "sliding-window averages"),
+        TopicSpec("perf.smoothed.byjob", "job", "sample", "the same, keyed by job for cross-node stages (pursuit)"),
         TopicSpec("perf.selection", "job", "selection", "decisions: metrics chosen, scores, version", True),
         TopicSpec("perf.reduced", "node", "reduced", "smoothed samples with only the selected metrics"),
         TopicSpec("perf.contract", "node", "contract", "contract evaluation per node"),

@@ -1,0 +1,163 @@
+"""``perfsift pursuit TRACE``: dynamic projection pursuit over an archived trace, offline.
+
+Smooths the trace (sliding mean over ``--window`` samples per node and metric, as the pipeline's
+smooth stage does), runs :class:`~perfsift.operators.pursuit.ProjectionPursuit` period by period and
+writes one selection record per period; prints a compact timeline and can draw the selection
+matrix of Vetter & Reed's Figure 8 (metrics × periods, marks where selected).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import numpy as np
+import orjson
+import typer
+from perfsift.operators import Batch, ProjectionPursuit, SlidingMean
+from perfsift.streams.tools import read_trace
+from perfsift.streams.ui import console, fail, out
+from rich.progress import Progress
+from rich.table import Table
+
+
+def run_pursuit(batch: Batch, op: ProjectionPursuit, window: int, show_progress: bool = True) -> list[dict[str, Any]]:
+    """Smooth ``batch`` and feed it to ``op`` in event-time order, a few periods at a time (so the
+    progress bar moves); closes the last period at the end."""
+    smoothed = SlidingMean(window=window).update(batch.take(np.argsort(batch.ts, kind="stable")))
+    ts = smoothed.ts
+    first, last = np.floor(ts.min() / op.period), np.floor(ts.max() / op.period)
+    edges = np.arange(first, last + 2, 5) * op.period  # five periods per step
+    cuts = np.searchsorted(ts, edges[1:-1], side="left")
+    records: list[dict[str, Any]] = []
+    with Progress(console=console, transient=True, disable=not show_progress) as bar:
+        task = bar.add_task("projection pursuit", total=int(last - first + 1))
+        for chunk in np.split(np.arange(len(ts)), cuts):
+            if len(chunk):
+                records += op.update(smoothed.take(chunk))
+            bar.update(task, completed=len(records))
+        records += op.flush()
+        bar.update(task, completed=len(records))
+    return records
+
+
+def timeline_table(records: list[dict[str, Any]], title: str) -> Table:
+    """One row per period: start (s from the first), index, selected metrics, rows and d, or why skipped."""
+    t = Table(title=title)
+    many = len({r["job"] for r in records}) > 1
+    for col in ("job", "period (s)", "index", "selected", "rows", "d", "note"):
+        if col != "job" or many:
+            t.add_column(col, no_wrap=col not in ("note", "selected"))
+    t0 = min((r["period_start"] for r in records), default=0.0)
+    for r in records:
+        d = r["diagnostics"]
+        fresh = r["skipped"] is None
+        t.add_row(
+            *([r["job"]] if many else []),
+            f"{r['period_start'] - t0:.0f}–{r['period_end'] - t0:.0f}",
+            f"{r['index']:.3f}" if fresh and r["index"] is not None else "-",
+            ", ".join(r["selected"]) if fresh else "[dim](" + ", ".join(r["selected"]) + ")[/dim]",
+            str(d.get("rows", "-")),
+            str(d.get("d", "-")),
+            ("[yellow]skipped:[/yellow] " + r["skipped"]) if not fresh else _flags(d),
+        )
+    return t
+
+
+def _flags(d: dict[str, Any]) -> str:
+    notes = [k for k in ("low_power", "truncated", "unstable_optimum") if d.get(k)]
+    if d.get("trimmed_rows"):
+        notes.append(f"{d['trimmed_rows']} rows trimmed")
+    return ", ".join(notes)
+
+
+def plot_selection(records: list[dict[str, Any]], path: Path, job: str | None = None) -> None:
+    """Metrics (rows) × periods (columns), a mark where the metric was selected, darker for a higher
+    rank; skipped periods hatched (cf. Vetter & Reed, SC'99, Figure 8)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    recs = [r for r in records if job is None or r["job"] == job]
+    if not recs:
+        raise ValueError("no selection record to plot")
+    metrics = sorted({m for r in recs for m in r["scores"]} | {m for r in recs for m in r["selected"]})
+    row = {m: i for i, m in enumerate(metrics)}
+    t0 = recs[0]["period_start"]
+    fig, ax = plt.subplots(figsize=(max(6, 0.25 * len(recs) + 3), 0.32 * len(metrics) + 1.5))
+    shades = ["#08306b", "#2171b5", "#6baed6", "#c6dbef"]
+    for r in recs:
+        x0, width = r["period_start"] - t0, r["period_end"] - r["period_start"]
+        if r["skipped"] is not None:
+            ax.axvspan(x0, x0 + width, color="0.9", hatch="//", lw=0)
+            continue
+        for rank, m in enumerate(r["selected"]):
+            ax.add_patch(plt.Rectangle((x0, row[m] - 0.4), width, 0.8, color=shades[min(rank, 3)]))
+    ax.set_yticks(range(len(metrics)), metrics)
+    ax.set_ylim(-0.6, len(metrics) - 0.4)
+    ax.set_xlim(0, recs[-1]["period_end"] - t0)
+    ax.invert_yaxis()
+    ax.set_xlabel("time (s)")
+    ax.set_title(f"metrics selected by projection pursuit — {recs[0]['job']}")
+    handles = [plt.Rectangle((0, 0), 1, 1, color=shades[i]) for i in range(3)]
+    ax.legend(handles, ["1st", "2nd", "3rd"], ncol=3, fontsize=8, loc="upper right", bbox_to_anchor=(1, 1.12))
+    ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def pursuit(
+    trace: Annotated[Path, typer.Argument(help="Trace (JSONL samples).", exists=True, dir_okay=False)],
+    window: Annotated[int, typer.Option("--window", "-w", help="Smoothing window w (samples).")] = 5,
+    period: Annotated[float, typer.Option("--period", "-p", help="Update period τ (seconds of event time).")] = 30.0,
+    restarts: Annotated[int, typer.Option(help="Random restarts per period (plus one warm start).")] = 10,
+    rows: Annotated[str, typer.Option(help="stacked (h snapshots per node) or processors (the paper).")] = "stacked",
+    dims: Annotated[int, typer.Option(help="Projection dimension: 1, 2 or 3.")] = 3,
+    rounds: Annotated[int, typer.Option(help="Repeated PP: remove the winners and run again.")] = 1,
+    trim: Annotated[str, typer.Option(help="auto, none, log, sqrt or remove.")] = "auto",
+    seed: Annotated[int, typer.Option(help="Seed of the random restarts.")] = 0,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write one selection record per line.")] = None,
+    plot: Annotated[Path | None, typer.Option("--plot", help="Draw the selection matrix (PNG).")] = None,
+) -> None:
+    """Dynamic projection pursuit over a trace: which metrics differ interestingly across nodes,
+    period by period (METHODS.md §1)."""
+    try:
+        op = ProjectionPursuit(
+            period=period,
+            window=window,
+            row_mode=rows,
+            restarts=restarts,
+            dims=dims,
+            rounds=rounds,
+            trim=trim,
+            seed=seed,
+        )
+        op.reset()
+    except ValueError as exc:
+        raise fail(str(exc)) from None
+    batch = read_trace(trace)
+    records = run_pursuit(batch, op, window)
+    if json_out:
+        with json_out.open("wb") as fh:
+            for r in records:
+                fh.write(orjson.dumps(r) + b"\n")
+    out.print(timeline_table(records, f"projection pursuit over {trace.name} (w={window}, τ={period:g} s)"))
+    done = [r for r in records if r["skipped"] is None]
+    counts: dict[str, int] = {}
+    for r in done:
+        for m in r["selected"]:
+            counts[m] = counts.get(m, 0) + 1
+    top = sorted(counts.items(), key=lambda kv: -kv[1])[:6]
+    out.print(
+        f"{len(records)} periods, {len(done)} analysed, {len(records) - len(done)} skipped; most often selected: "
+        + ", ".join(f"{m} ({c})" for m, c in top)
+    )
+    if plot:
+        for job in sorted({r["job"] for r in records}):
+            target = (
+                plot if len({r["job"] for r in records}) == 1 else plot.with_name(f"{plot.stem}-{job}{plot.suffix}")
+            )
+            plot_selection(records, target, job)
+            out.print(f"plot written to {target}")

@@ -1,0 +1,126 @@
+"""The streaming projection-pursuit operator on synthetic SPMD traces with planted structure."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from typing import Any
+
+import numpy as np
+import pytest
+from perfsift.operators import Batch, ProjectionPursuit, SlidingMean
+from perfsift.producers.synth import spmd
+from perfsift.schemas import AvroCodec, samples_to_batch
+
+
+def smoothed(scenario: str, duration: int = 900, seed: int = 1, **kw: Any) -> tuple[Batch, dict[str, Any]]:
+    samples, truth = spmd(scenario, duration=duration, seed=seed, **kw)
+    return SlidingMean(window=5).update(samples_to_batch(samples)), truth
+
+
+def run(op: ProjectionPursuit, batch: Batch, pieces: int = 7) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for rows in np.array_split(np.arange(len(batch)), pieces):  # micro-batches, as a stage sees them
+        out += op.update(batch.take(rows))
+    return out + op.flush()
+
+
+@pytest.mark.parametrize("scenario", ["cactus", "sweep3d"])
+def test_planted_bursty_metrics_are_selected_far_more_often_than_chance(scenario: str) -> None:
+    batch, truth = smoothed(scenario)
+    records = run(ProjectionPursuit(period=30, window=5), batch)
+    done = [r for r in records if r["skipped"] is None]
+    assert len(done) >= 28  # 900 s in 30 s periods: every period analysed
+    picks = Counter(m for r in done for m in r["selected"])
+    planted = sum(picks[m] for m in truth["interesting"]) / sum(picks.values())
+    # chance: 3 of the 11 non-constant metrics = 0.27 of the picks
+    assert planted > 0.6, picks
+    for m in truth["interesting"]:
+        assert picks[m] >= len(done) / 2, (m, picks)
+    for m in truth["constant"]:
+        assert picks[m] == 0 and all(r["scores"][m] == 0.0 for r in done)
+
+
+def test_every_period_gives_one_finite_schema_valid_record() -> None:
+    batch, _ = smoothed("smg98", duration=600)
+    records = run(ProjectionPursuit(period=30, window=5), batch)
+    starts = [r["period_start"] for r in records]
+    assert starts == sorted(starts) and np.all(np.diff(starts) == 30)
+    codec = AvroCodec("selection")
+    for r in records:
+        assert r["kind"] == "pursuit" and len(r["selected"]) == 3 or r["skipped"]
+        assert all(math.isfinite(v) and 0 <= v <= 1 for v in r["scores"].values())
+        assert r["index"] is None or math.isfinite(r["index"])
+        assert codec.decode(codec.encode(r)) == r
+
+
+def test_results_are_reproducible_and_survive_a_snapshot() -> None:
+    batch, _ = smoothed("cactus", duration=600)
+    whole = run(ProjectionPursuit(period=30, window=5, seed=3), batch, pieces=1)
+    op = ProjectionPursuit(period=30, window=5, seed=3)
+    half = len(batch) // 2
+    first = op.update(batch.take(np.arange(half)))
+    restored = ProjectionPursuit(period=30, window=5, seed=3)
+    restored.restore(op.snapshot())
+    rest = restored.update(batch.take(np.arange(half, len(batch)))) + restored.flush()
+    assert first + rest == whole
+
+
+def test_warm_start_from_the_previous_period_is_used() -> None:
+    batch, _ = smoothed("cactus", duration=300)
+    records = run(ProjectionPursuit(period=30, window=5, restarts=2), batch)
+    done = [r for r in records if r["skipped"] is None]
+    assert done[0]["diagnostics"]["restarts"] == 2  # no previous period: random starts only
+    assert all(r["diagnostics"]["restarts"] == 3 for r in done[1:])  # + the warm start
+
+
+def test_skipped_periods_are_explained_and_keep_the_previous_selection() -> None:
+    batch, _ = smoothed("cactus", duration=300)
+    op = ProjectionPursuit(period=30, window=5)
+    early = op.update(batch.take(np.flatnonzero(batch.ts < batch.ts.min() + 100)))
+    assert early and early[-1]["skipped"] is None
+    # a gap of several periods, then one node only
+    lone = batch.take(np.flatnonzero((batch.ts > batch.ts.min() + 200) & (batch.node_idx == 0)))
+    later = op.update(lone) + op.flush()
+    reasons = [r["skipped"] for r in later]
+    assert any(r and r.startswith("no samples in") for r in reasons)
+    assert any(r and "nodes reported" in r for r in reasons)
+    last = later[0]  # the period that was open, closed with its full data
+    assert last["skipped"] is None
+    assert all(r["selected"] == last["selected"] and r["index"] == last["index"] for r in later[1:])
+
+
+def test_constant_and_missing_metrics_never_break_a_period() -> None:
+    rng = np.random.default_rng(0)
+    n, nodes = 400, 6
+    values = np.ones((n * nodes, 3))  # every metric constant
+    values[:, 2] = np.nan  # one never reported
+    batch = Batch.from_columns(
+        ts=np.repeat(np.arange(n, dtype=float), nodes),
+        nodes=[f"n{i}" for i in np.tile(np.arange(nodes), n)],
+        metrics=["a", "b", "c"],
+        values=values,
+    )
+    records = run(ProjectionPursuit(period=100, window=5), batch)
+    assert records and all(r["skipped"] for r in records)
+    assert "metrics with values" in records[0]["skipped"] or "non-constant" in records[0]["skipped"]
+    noisy = batch.with_values(values + np.c_[rng.normal(size=(n * nodes, 2)), np.zeros(n * nodes)])
+    assert all(r["skipped"] for r in run(ProjectionPursuit(period=100, window=5), noisy))  # d = 2 < 3
+
+
+def test_bad_parameters_are_refused() -> None:
+    for bad in ({"period": 0}, {"row_mode": "rows"}, {"dims": 4}, {"trim": "x"}, {"optimizer": "bfgs"}):
+        with pytest.raises(ValueError):
+            ProjectionPursuit(**bad).reset()  # type: ignore[arg-type]
+
+
+def test_processors_mode_and_repeated_rounds() -> None:
+    batch, truth = smoothed("cactus", duration=600)
+    paper = run(ProjectionPursuit(period=60, window=5, row_mode="processors"), batch)
+    assert all(r["diagnostics"].get("rows", 12) <= 12 for r in paper)  # N = P: low power, skipped or flagged
+    assert all(r["skipped"] or r["diagnostics"]["low_power"] for r in paper)
+    deep = run(ProjectionPursuit(period=60, window=5, rounds=3), batch)
+    done = [r for r in deep if r["skipped"] is None]
+    assert done and all(len(r["selected"]) == len(set(r["selected"])) >= 6 for r in done)
+    assert all(r["diagnostics"]["rounds"] >= 2 for r in done)
+    assert not set(truth["constant"]) & {m for r in done for m in r["selected"]}

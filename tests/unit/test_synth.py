@@ -1,0 +1,63 @@
+"""Ground truth of the synthetic workloads, recomputed from the data they generate."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.stats
+from perfsift.producers.synth import SPMD_SCENARIOS, TABLE1, spmd
+from perfsift.schemas import samples_to_batch
+
+
+def cube(samples: list[dict], truth: dict) -> np.ndarray:
+    """time × node × metric."""
+    b = samples_to_batch(samples)
+    cols = [b.metrics.index(m) for m in truth["metrics"]]
+    return b.values[:, cols].reshape(-1, truth["nodes"], len(cols))
+
+
+@pytest.mark.parametrize("scenario", sorted(SPMD_SCENARIOS))
+def test_spmd_ground_truth_holds_in_the_data(scenario: str) -> None:
+    samples, truth = spmd(scenario, nodes=12, metrics=14, duration=600, seed=5)
+    x = cube(samples, truth)
+    names = truth["metrics"]
+    assert names[:12] == list(TABLE1) and len(names) == 14
+    col = {m: j for j, m in enumerate(names)}
+    for m in truth["constant"]:
+        assert np.ptp(x[:, :, col[m]]) == 0
+    for m in truth["near_constant"]:
+        v = x[:, :, col[m]]
+        assert v.std() / v.mean() < 0.01
+    for m in truth["common"]:  # every node follows the same trend: node series correlate strongly
+        if m == "cpu_idle":
+            continue
+        r = np.corrcoef(x[:, :, col[m]].T)
+        assert r[np.triu_indices(12, 1)].min() > 0.9, m
+    for m in truth["interesting"]:  # independent bursts: heavy right tail across nodes, uncorrelated nodes
+        v = x[:, :, col[m]]
+        assert scipy.stats.skew(v.ravel()) > 2, m
+        r = np.corrcoef(v.T)
+        assert np.abs(r[np.triu_indices(12, 1)]).max() < 0.3, m
+    for m in truth["phased"]:  # a wavefront: neighbours in phase order lag each other
+        v = x[:, :, col[m]]
+        assert np.corrcoef(v[:, 0], v[:, 6])[0, 1] < -0.5
+
+
+def test_spmd_outliers_and_missing_values_are_where_the_truth_says() -> None:
+    samples, truth = spmd("cactus", duration=200, seed=1, outliers=0.002, missing=0.01)
+    assert truth["outliers"] and truth["missing"] > 0
+    present = sum(len(s["metrics"]) for s in samples)
+    assert present == 200 * 12 * 12 - truth["missing"]
+    by_key = {(s["ts"], s["node"]): s["metrics"] for s in samples}
+    clean, _ = spmd("cactus", duration=200, seed=1)
+    clean_by_key = {(s["ts"], s["node"]): s["metrics"] for s in clean}
+    hits = 0
+    for o in truth["outliers"]:
+        v = by_key[(o["ts"], o["node"])].get(o["metric"])
+        if v is not None:
+            hits += 1
+            base = clean_by_key[(o["ts"], o["node"])][o["metric"]]
+            assert v == 0 or v >= 19 * base  # multiplied by 20–100
+    assert hits > 0
+    with pytest.raises(ValueError, match="unknown SPMD scenario"):
+        spmd("lu")
