@@ -48,7 +48,8 @@ def test_every_period_gives_one_finite_schema_valid_record() -> None:
     assert starts == sorted(starts) and np.all(np.diff(starts) == 30)
     codec = AvroCodec("selection")
     for r in records:
-        assert r["kind"] == "pursuit" and len(r["selected"]) == 3 or r["skipped"]
+        assert r["kind"] == "pursuit"
+        assert len(r["selected"]) == 3 or r["skipped"]
         assert all(math.isfinite(v) and 0 <= v <= 1 for v in r["scores"].values())
         assert r["index"] is None or math.isfinite(r["index"])
         assert codec.decode(codec.encode(r)) == r
