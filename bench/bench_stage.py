@@ -11,6 +11,7 @@ to the moment every output is acknowledged. Rounds alternate so drift hits both 
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import time
 import uuid
@@ -54,12 +55,12 @@ def passthrough(props: dict, src: str, dst: str, n: int, batch: int) -> float:
     c = Consumer(consumer_settings(props, f"pass-{uuid.uuid4().hex}"))
     p = Producer(producer_settings(props))
     c.subscribe([src])
-    got, t0 = 0, None
+    got, t0 = 0, float("nan")
     while got < n:
         msgs = c.consume(batch, 0.1)
         if not msgs:
             continue
-        if t0 is None:
+        if math.isnan(t0):  # until the first message arrives
             t0 = time.monotonic()
         for m in msgs:
             if m.error() is None:

@@ -12,3 +12,21 @@ import numba
 if not os.environ.get("NUMBA_CACHE_DIR"):
     _cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "perfsift" / "numba"
     numba.config.CACHE_DIR = str(_cache)  # type: ignore[attr-defined]
+
+
+def warm() -> None:
+    """Compile every kernel into the cache now (container image builds run this once, so workers
+    start without the ~30 s first compilation)."""
+    import numpy as np
+    from perfsift.operators.batch import Batch
+    from perfsift.operators.forecast import ForecastBank
+    from perfsift.operators.pursuit import projection_pursuit
+
+    rng = np.random.default_rng(0)
+    projection_pursuit(rng.normal(size=(60, 5)), [f"m{i}" for i in range(5)], restarts=1)
+    batch = Batch.from_columns(ts=np.arange(20.0), nodes=["n"] * 20, metrics=["x"], values=rng.normal(size=(20, 1)))
+    ForecastBank().update(batch)
+
+
+if __name__ == "__main__":
+    warm()

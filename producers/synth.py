@@ -224,6 +224,7 @@ def spmd(
     missing: float = 0.0,
     t0: float = 1.7e9,
     job: str | None = None,
+    cube: bool = False,
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """(samples, ground truth) of an SPMD code shaped like the SC'99 paper's applications.
 
@@ -234,7 +235,9 @@ def spmd(
     50–200× the base rate), which is what makes processors differ. ``sweep3d`` adds a per-node
     phase to the network traffic (a wavefront). With ``metrics`` > 12 the extra columns
     ``extra_NN`` follow the common trend. ``outliers``: share of values multiplied by 20–100
-    (positions in the ground truth); ``missing``: share of values left out.
+    (positions in the ground truth); ``missing``: share of values left out. ``cube``: return no
+    samples but ``{"t", "values" (time × node × metric, NaN = missing), "metrics", "job"}`` in place
+    of the ground truth, for benchmarks with thousands of nodes.
     """
     if scenario not in SPMD_SCENARIOS:
         raise ValueError(f"unknown SPMD scenario {scenario!r}; known: {', '.join(SPMD_SCENARIOS)}")
@@ -277,7 +280,10 @@ def spmd(
             vals[s, p, j] *= rng.uniform(20, 100)
             injected.append({"ts": t0 + float(t[s]), "node": f"n{p:02d}", "metric": names[j]})
     absent = rng.random(vals.shape) < missing if missing else np.zeros(vals.shape, dtype=bool)
+    vals[absent] = np.nan
     job = job or scenario
+    if cube:
+        return [], {"t": t0 + t, "values": vals, "metrics": names, "job": job}
     samples = []
     for s in range(steps):
         for p in range(nodes):

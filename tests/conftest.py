@@ -46,7 +46,7 @@ def read_topic(
         while time.monotonic() < deadline and not until(records):
             for m in c.consume(5000, 0.2):
                 if m.error() is None:
-                    records.append(orjson.loads(m.value()) if decode else m)
+                    records.append(orjson.loads(m.value() or b"null") if decode else m)
     finally:
         c.close()
     return records

@@ -49,7 +49,9 @@ def make_samples(n_nodes: int, steps: int, seed: int = 0) -> list[dict]:
     out = []
     for t in range(steps):
         for p in range(n_nodes):
-            metrics = {f"m{j}": float(np.round(rng.normal(100 * (j + 1), 10), 6)) for j in range(12)}
+            metrics: dict[str, float | None] = {
+                f"m{j}": float(np.round(rng.normal(100 * (j + 1), 10), 6)) for j in range(12)
+            }
             if rng.random() < 0.05:
                 metrics["m3"] = None
             out.append({"ts": 1e9 + t, "node": f"node{p}", "job": "j1", "seq": t, "metrics": metrics})

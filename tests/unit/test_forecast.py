@@ -19,7 +19,7 @@ ENGINE = ["compiled"]
 
 
 def run(series: list[float] | np.ndarray, **kw: object) -> tuple[ForecastBank, Batch]:
-    bank = ForecastBank(**{"engine": ENGINE[0], **kw})  # type: ignore[arg-type]
+    bank = ForecastBank(**{"engine": ENGINE[0], **kw})
     b = Batch.from_columns(
         ts=range(len(series)), nodes=["a"] * len(series), metrics=["x"], values=[[float(v)] for v in series]
     )

@@ -112,7 +112,7 @@ def test_constant_and_missing_metrics_never_break_a_period() -> None:
 def test_bad_parameters_are_refused() -> None:
     for bad in ({"period": 0}, {"row_mode": "rows"}, {"dims": 4}, {"trim": "x"}, {"optimizer": "bfgs"}):
         with pytest.raises(ValueError):
-            ProjectionPursuit(**bad).reset()  # type: ignore[arg-type]
+            ProjectionPursuit(**bad).reset()
 
 
 def test_processors_mode_and_repeated_rounds() -> None:

@@ -160,7 +160,7 @@ def test_exactly_collinear_columns_are_dropped_not_fatal() -> None:
 
 
 def table(seed: int, **kw: object) -> tuple[np.ndarray, np.ndarray, list[str]]:
-    s, _ = gridftp(seed=seed, duration=1000, **kw)  # type: ignore[arg-type]
+    s, _ = gridftp(seed=seed, duration=1000, **kw)
     _, x, y, names = bucket_rows(samples_to_batch(s), 1.0, "transfer_rate")
     return x, y, names
 
