@@ -26,7 +26,8 @@ def render() -> str:
         m = res["machine"]
         parts.append(f"## {res['benchmark']}\n")
         script = res.get("script", path.stem)
-        parts.append(f"`python -m bench.{script}` → `bench/results/{path.name}`  \n")
+        module = script if "." in script else f"bench.{script}"
+        parts.append(f"`python -m {module}` → `bench/results/{path.name}`  \n")
         parts.append(
             f"Machine: {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB, Python {m['python']}, "
             f"numpy {m['numpy']}; commit {m['commit']}, {m['date']}.\n"
