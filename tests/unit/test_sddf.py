@@ -47,7 +47,7 @@ def write(packets: list, binary: bool) -> bytes:
 
 def test_node_metrics_example_parses_into_descriptors_and_records() -> None:
     packets = list(read_sddf(NODE))
-    attrs, names_desc, sample_desc, app_desc, names, *samples, app = packets
+    attrs, names_desc, sample_desc, _app_desc, names, *samples, app = packets
     assert isinstance(attrs, Attributes) and dict(attrs.pairs)["converted by"] == "example only"
     assert [f.name for f in sample_desc.fields] == ["timestamp", "node", "values"]
     assert sample_desc.fields[0].attrs == (("timestamp", "Unix time of the sample"), ("units", "sec"))
