@@ -26,19 +26,19 @@ def iter_jsonl_samples(
     p = Path(path)
     with _open(p) as fh:
         for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            where = f"{p}:{lineno}"
             try:
-                try:
-                    obj = orjson.loads(line)
-                except orjson.JSONDecodeError as exc:
-                    raise RecordError(f"not valid JSON: {exc}", where) from None
-                yield validate_sample(obj, where)
-            except RecordError as exc:
+                yield validate_sample(orjson.loads(line))
+            except (orjson.JSONDecodeError, RecordError) as exc:  # the place is named only when needed
+                if not line.strip():
+                    continue
+                where = f"{p}:{lineno}"
+                if isinstance(exc, RecordError):
+                    err = RecordError(exc.reason, where)
+                else:
+                    err = RecordError(f"not valid JSON: {exc}", where)
                 if on_error is None:
-                    raise
-                on_error(exc)
+                    raise err from None
+                on_error(err)
 
 
 def number_samples(samples: Iterable[dict[str, Any]], job: str | None = None) -> Iterator[dict[str, Any]]:

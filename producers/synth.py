@@ -235,7 +235,7 @@ def spmd(
     50–200× the base rate), which is what makes processors differ. ``sweep3d`` adds a per-node
     phase to the network traffic (a wavefront). With ``metrics`` > 12 the extra columns
     ``extra_NN`` follow the common trend. ``outliers``: share of values multiplied by 20–100
-    (positions in the ground truth); ``missing``: share of values left out. ``cube``: return no
+    (positions in the ground truth); ``missing``: share of values left out (null). ``cube``: return no
     samples but ``{"t", "values" (time × node × metric, NaN = missing), "metrics", "job"}`` in place
     of the ground truth, for benchmarks with thousands of nodes.
     """
@@ -287,7 +287,7 @@ def spmd(
     samples = []
     for s in range(steps):
         for p in range(nodes):
-            row = {m: float(vals[s, p, j]) for j, m in enumerate(names) if not absent[s, p, j]}
+            row = {m: None if absent[s, p, j] else float(vals[s, p, j]) for j, m in enumerate(names)}
             samples.append({"ts": t0 + float(t[s]), "node": f"n{p:02d}", "job": job, "seq": s, "metrics": row})
     truth = {
         "scenario": scenario,

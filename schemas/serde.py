@@ -63,6 +63,9 @@ def _is_number(v: object) -> bool:
     return t is float or t is int
 
 
+_FLOAT_ONLY = {float}
+
+
 def validate_sample(obj: object, where: str = "") -> dict[str, Any]:
     """Check a decoded sample and return it normalised (defaults filled, unknown fields dropped)."""
     if type(obj) is not dict:
@@ -84,6 +87,9 @@ def validate_sample(obj: object, where: str = "") -> dict[str, Any]:
         raise RecordError(f"'metrics' must be an object of name -> number, got {metrics!r:.80}", where)
     if len(metrics) > MAX_METRICS:
         raise RecordError(f"{len(metrics)} metrics in one sample, more than the limit {MAX_METRICS}", where)
+    vals = metrics.values()
+    if set(map(type, vals)) <= _FLOAT_ONLY and math.isfinite(sum(vals)):  # the common case, at C speed
+        return {"ts": float(ts), "node": node, "job": job, "seq": seq, "metrics": dict(metrics)}  # type: ignore[arg-type]
     clean: dict[str, float | None] = {}
     for name, v in metrics.items():
         if v is None:

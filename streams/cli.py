@@ -14,7 +14,8 @@ from typing import Annotated, Any
 
 import orjson
 import typer
-from perfsift.producers import demo_trace_path, iter_jsonl_samples, number_samples
+from perfsift.producers import demo_trace_path, number_samples
+from perfsift.producers.traces import iter_samples
 from perfsift.schemas import RecordError
 from perfsift.streams.broker import BrokerError, EmbeddedBroker, bootstrap_or_embedded
 from perfsift.streams.config import (
@@ -26,6 +27,7 @@ from perfsift.streams.config import (
     parse_settings,
 )
 from perfsift.streams.http import HealthServer
+from perfsift.streams.producer_cli import replay_command, sample_command, synth_command
 from perfsift.streams.publish import publish_samples
 from perfsift.streams.pursuit_tool import pursuit as pursuit_command
 from perfsift.streams.runner import StageError, StageRunner, consumer_settings, run_in_thread
@@ -164,7 +166,7 @@ def topics(
 @app.command()
 def produce(
     file: Annotated[
-        Path | None, typer.Argument(help="JSONL file of samples (.gz accepted).", exists=True, dir_okay=False)
+        Path | None, typer.Argument(help="Trace: SDDF, CSV or JSONL (.gz accepted).", exists=True, dir_okay=False)
     ] = None,
     demo: Annotated[bool, typer.Option("--demo", help="Publish the bundled demo trace instead of FILE.")] = False,
     topic: Annotated[str, typer.Option("--topic", "-t", help="Topic to publish to.")] = "perf.raw",
@@ -172,7 +174,8 @@ def produce(
     kafka_prop: PropsOpt = None,
     job: Annotated[str | None, typer.Option(help="Set this job on every sample.")] = None,
 ) -> None:
-    """Publish JSONL samples to a topic, keyed by node; seq is numbered per (job, node) where absent."""
+    """Publish a trace's samples to a topic as fast as possible, keyed by node; seq is numbered per
+    (job, node) where absent. `perfsift replay` keeps the trace's timing."""
     if not bootstrap:
         raise fail("produce needs --bootstrap (or PERFSIFT_BOOTSTRAP); start one with `perfsift broker`")
     if (file is None) == (not demo):
@@ -181,7 +184,7 @@ def produce(
     assert path is not None
     props = kafka_properties(bootstrap, parse_props(kafka_prop))
     errors: list[RecordError] = []
-    samples = number_samples(iter_jsonl_samples(path, errors.append), job)
+    samples = number_samples(iter_samples(path, on_error=errors.append), job)
     n = publish_samples(props, topic, samples, console=console)
     out.print(f"published {n} samples to {topic}; {len(errors)} lines rejected")
     for e in errors[:10]:
@@ -304,7 +307,9 @@ def run(
     config: ConfigOpt = None,
     trace: Annotated[
         Path | None,
-        typer.Option(help="JSONL trace to replay (default: the bundled demo).", exists=True, dir_okay=False),
+        typer.Option(
+            help="Trace to replay: SDDF, CSV or JSONL (default: the bundled demo).", exists=True, dir_okay=False
+        ),
     ] = None,
     timeout: Annotated[float, typer.Option(help="Give up waiting for the pipeline after this many seconds.")] = 300.0,
     summary_json: Annotated[Path | None, typer.Option("--summary-json", help="Also write the summary here.")] = None,
@@ -330,7 +335,7 @@ def run(
             threads = [run_in_thread(r, on_error=failures.append) for r in runners]
             t0 = time.monotonic()
             errors: list[RecordError] = []
-            samples = number_samples(iter_jsonl_samples(trace_path, errors.append))
+            samples = number_samples(iter_samples(trace_path, on_error=errors.append))
             published = publish_samples(
                 props, cfg.topic("perf.raw"), samples, console=console, label=f"replaying {trace_path.name}"
             )
@@ -389,6 +394,9 @@ app.add_typer(contract_app, name="contract")
 app.command("forecast")(forecast_command)
 app.command("select-metrics")(select_metrics_command)
 app.command("pursuit")(pursuit_command)
+app.command("replay")(replay_command)
+app.command("sample")(sample_command)
+app.command("synth")(synth_command)
 
 
 def main() -> None:

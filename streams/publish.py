@@ -1,13 +1,14 @@
-"""Publishing samples to a topic with a progress bar."""
+"""Publishing samples to a topic: delivery accounting, bounded memory, a progress bar."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 from confluent_kafka import KafkaError, Message, Producer
-from perfsift.streams.logs import kafka_logger
+from perfsift.schemas import RecordError
 from perfsift.streams.runner import producer_settings
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -15,6 +16,91 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 class PublishError(RuntimeError):
     """Samples were not acknowledged by the broker."""
+
+
+@dataclass
+class PublishStats:
+    published: int = 0
+    rejected: int = 0
+    bytes_sent: int = 0
+    bytes_full: int = 0  # what full samples would have cost (adaptive mode)
+    reduced: int = 0  # samples sent with only the selected metrics
+    elapsed_s: float = 0.0
+    errors: list[RecordError] = field(default_factory=list)
+
+    @property
+    def rate(self) -> float:
+        return self.published / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+    @property
+    def bytes_saved(self) -> int:
+        return self.bytes_full - self.bytes_sent
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "published": self.published,
+            "rejected": self.rejected,
+            "elapsed_s": round(self.elapsed_s, 3),
+            "samples_per_s": round(self.rate, 1),
+            "bytes_sent": self.bytes_sent,
+            "bytes_full": self.bytes_full,
+            "bytes_saved": self.bytes_saved,
+            "reduced_samples": self.reduced,
+        }
+
+
+class SamplePublisher:
+    """A producer for samples (JSON, keyed by node) with delivery accounting and back-pressure."""
+
+    def __init__(self, props: dict[str, str], topic: str, adaptive: Any = None) -> None:
+        self.failed: list[str] = []
+
+        def on_delivery(err: KafkaError | None, msg: Message) -> None:
+            if err is not None:
+                self.failed.append(str(err))
+
+        settings = producer_settings(props) | {
+            "on_delivery": on_delivery,
+            # bounded local queue: memory stays flat whatever the trace size (BufferError = wait)
+            "queue.buffering.max.messages": 200000,
+        }
+        self.producer = Producer(settings)
+        self.topic = topic
+        self.adaptive = adaptive  # an AdaptiveControl (perfsift.streams.replay) or None
+        self.stats = PublishStats()
+
+    def send(self, sample: dict[str, Any]) -> None:
+        full = orjson.dumps(sample)
+        value = full
+        stats = self.stats
+        if self.adaptive is not None:
+            sent, reduced = self.adaptive.apply(sample)
+            if reduced:
+                value = orjson.dumps(sent)
+                stats.reduced += 1
+        try:
+            self.producer.produce(self.topic, value, sample["node"].encode())
+        except BufferError:  # the bounded local queue is full: wait for deliveries, then retry
+            while True:
+                self.producer.poll(0.05)
+                try:
+                    self.producer.produce(self.topic, value, sample["node"].encode())
+                    break
+                except BufferError:
+                    continue
+        stats.published += 1
+        stats.bytes_sent += len(value)
+        stats.bytes_full += len(full)
+        if not stats.published % 5000:
+            self.producer.poll(0)
+
+    def flush(self, timeout: float = 60.0) -> None:
+        remaining = self.producer.flush(timeout)
+        if remaining or self.failed:
+            raise PublishError(
+                f"{remaining + len(self.failed)} of {self.stats.published} samples not acknowledged"
+                + (f" (e.g. {self.failed[0]})" if self.failed else "")
+            )
 
 
 def publish_samples(
@@ -25,15 +111,7 @@ def publish_samples(
     label: str = "publishing",
 ) -> int:
     """Publish samples keyed by node (JSON); return how many were acknowledged."""
-    failed: list[str] = []
-
-    def on_delivery(err: KafkaError | None, msg: Message) -> None:
-        if err is not None:
-            failed.append(str(err))
-
-    settings = producer_settings(props) | {"on_delivery": on_delivery, "logger": kafka_logger()}
-    producer = Producer(settings)
-    n = 0
+    pub = SamplePublisher(props, topic)
     progress = Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -46,21 +124,9 @@ def publish_samples(
     with progress:
         task = progress.add_task(label, total=None)
         for s in samples:
-            value = orjson.dumps(s)
-            while True:
-                try:
-                    producer.produce(topic, value, s["node"].encode())
-                    break
-                except BufferError:
-                    producer.poll(0.05)
-            n += 1
-            if n % 2000 == 0:
-                producer.poll(0)
-                progress.update(task, completed=n)
-        remaining = producer.flush(60)
-        progress.update(task, completed=n, total=n)
-    if remaining or failed:
-        raise PublishError(
-            f"{remaining + len(failed)} of {n} samples not acknowledged" + (f" (e.g. {failed[0]})" if failed else "")
-        )
-    return n
+            pub.send(s)
+            if pub.stats.published % 2000 == 0:
+                progress.update(task, completed=pub.stats.published)
+        pub.flush()
+        progress.update(task, completed=pub.stats.published, total=pub.stats.published)
+    return pub.stats.published

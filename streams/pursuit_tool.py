@@ -109,7 +109,7 @@ def plot_selection(records: list[dict[str, Any]], path: Path, job: str | None = 
 
 
 def pursuit(
-    trace: Annotated[Path, typer.Argument(help="Trace (JSONL samples).", exists=True, dir_okay=False)],
+    trace: Annotated[Path, typer.Argument(help="Trace (SDDF, CSV or JSONL).", exists=True, dir_okay=False)],
     window: Annotated[int, typer.Option("--window", "-w", help="Smoothing window w (samples).")] = 5,
     period: Annotated[float, typer.Option("--period", "-p", help="Update period τ (seconds of event time).")] = 30.0,
     restarts: Annotated[int, typer.Option(help="Random restarts per period (plus one warm start).")] = 10,

@@ -21,7 +21,7 @@ from perfsift.operators.contract import (
 from perfsift.operators.forecast import PRIMARIES, forecast_records
 from perfsift.operators.fuzzy import DEFAULT_RULEBASE, Rulebase, RulebaseError
 from perfsift.operators.selection import bucket_rows, reduce_metrics, refit_r2
-from perfsift.producers import iter_jsonl_samples
+from perfsift.producers.traces import iter_samples
 from perfsift.schemas import RecordError, samples_to_batch
 from perfsift.streams.config import ConfigError, parse_pairs
 from perfsift.streams.ui import console, fail, out
@@ -33,10 +33,14 @@ contract_app = typer.Typer(
 
 
 def read_trace(path: Path) -> Batch:
-    """A JSONL trace as one column batch; bad lines are reported (file:line) and skipped."""
+    """A trace (SDDF, CSV or JSONL, detected) as one column batch; bad records are reported
+    (file:line or file@byte) and skipped."""
     errors: list[RecordError] = []
     with console.status(f"reading {path}"):
-        batch = samples_to_batch(iter_jsonl_samples(path, errors.append))
+        try:
+            batch = samples_to_batch(iter_samples(path, on_error=errors.append))
+        except RecordError as exc:  # the file as a whole is unreadable (unknown format, bad header)
+            raise fail(str(exc)) from None
     for e in errors[:5]:
         console.print(f"[yellow]skipped[/yellow] {e}")
     if len(errors) > 5:
@@ -54,7 +58,7 @@ def _write_jsonl(path: Path, records: list[dict[str, Any]]) -> None:
 
 @contract_app.command("derive")
 def derive(
-    baseline: Annotated[Path, typer.Argument(help="Baseline run (JSONL samples).", exists=True, dir_okay=False)],
+    baseline: Annotated[Path, typer.Argument(help="Baseline run (SDDF, CSV or JSONL).", exists=True, dir_okay=False)],
     space: Annotated[
         list[str],
         typer.Option(
@@ -120,7 +124,7 @@ def derive(
 
 @contract_app.command("check")
 def check(
-    trace: Annotated[Path, typer.Argument(help="Run to check (JSONL samples).", exists=True, dir_okay=False)],
+    trace: Annotated[Path, typer.Argument(help="Run to check (SDDF, CSV or JSONL).", exists=True, dir_okay=False)],
     contract: Annotated[
         Path,
         typer.Option("--contract", "-c", help="Contract file from `contract derive`.", exists=True, dir_okay=False),
@@ -205,7 +209,7 @@ def plot_violations(records: list[dict[str, Any]], path: Path) -> None:
 
 
 def forecast(
-    trace: Annotated[Path, typer.Argument(help="Trace (JSONL samples).", exists=True, dir_okay=False)],
+    trace: Annotated[Path, typer.Argument(help="Trace (SDDF, CSV or JSONL).", exists=True, dir_okay=False)],
     metric: Annotated[list[str], typer.Option("--metric", "-m", help="Metric(s) to forecast.")],
     json_out: Annotated[Path | None, typer.Option("--json", help="Write one JSON line per forecast.")] = None,
     mode: Annotated[str, typer.Option(help="nws (three-level selection) or flat.")] = "nws",
@@ -258,7 +262,7 @@ def _table_of(path: Path, perf_metric: str, interval: float) -> tuple[np.ndarray
 
 
 def select_metrics(
-    train: Annotated[Path, typer.Argument(help="Training trace (JSONL samples).", exists=True, dir_okay=False)],
+    train: Annotated[Path, typer.Argument(help="Training trace (SDDF, CSV or JSONL).", exists=True, dir_okay=False)],
     perf_metric: Annotated[str, typer.Option("--perf-metric", "-p", help="The application performance metric.")],
     verify: Annotated[
         list[Path] | None, typer.Option("--verify", "-V", help="Verification trace(s).", exists=True, dir_okay=False)
