@@ -61,3 +61,49 @@ def test_spmd_outliers_and_missing_values_are_where_the_truth_says() -> None:
     assert hits > 0
     with pytest.raises(ValueError, match="unknown SPMD scenario"):
         spmd("lu")
+
+
+def test_gridftp_ground_truth_holds_in_the_data() -> None:
+    from perfsift.producers.synth import gridftp
+
+    samples, truth = gridftp(duration=800, seed=2)
+    cols: dict[str, list[float]] = {}
+    for s in samples:
+        for m, v in s["metrics"].items():
+            cols.setdefault(m if s["node"] == "app" else f"{s['node']}/{m}", []).append(v)
+    x = {k: np.array(v) for k, v in cols.items()}
+    for copy, original in truth["redundant"].items():
+        assert abs(np.corrcoef(x[copy], x[original])[0, 1]) > truth["redundancy_level"], copy
+    for m in truth["constant"]:
+        assert np.ptp(x[m]) == 0
+    y = x[truth["response"]]
+    for m in truth["irrelevant"]:
+        assert abs(np.corrcoef(x[m], y)[0, 1]) < 0.15, m
+    design = np.column_stack([np.ones_like(y)] + [x[m] for m in truth["predictive"]] + [x[truth["quadratic"][0]] ** 2])
+    resid = y - design @ np.linalg.lstsq(design, y, rcond=None)[0]
+    assert 1 - resid.var() / y.var() > 0.9  # the stated model explains the rate
+
+
+def test_master_worker_ground_truth_holds_in_the_data() -> None:
+    from perfsift.producers.synth import master_worker
+
+    samples, truth = master_worker(nodes=8, duration=120, seed=1, fewer_flops=[6, 7], load_node=3,
+                                   load_start=40, load_end=80)  # fmt: skip
+    ratio: dict[str, list[float]] = {}
+    rate: dict[tuple[str, bool], list[float]] = {}
+    t0 = min(s["ts"] for s in samples)
+    for s in samples:
+        m = s["metrics"]
+        ratio.setdefault(s["node"], []).append(m["instructions_per_s"] / m["flops_per_s"])
+        loaded = truth["load"]["start"] <= s["ts"] < truth["load"]["end"]
+        rate.setdefault((s["node"], loaded), []).append(m["flops_per_s"])
+    med = {n: float(np.median(v)) for n, v in ratio.items()}
+    assert med[truth["master"]] > 4 * med["n01"]
+    for n in truth["fewer_flops"]:
+        assert med[n] == pytest.approx(med["n01"] / truth["flops_factor"], rel=0.05)
+    node = truth["load"]["node"]
+    assert np.median(rate[(node, True)]) == pytest.approx(
+        truth["load"]["factor"] * np.median(rate[(node, False)]), rel=0.05
+    )
+    assert np.median(rate[("n02", True)]) == pytest.approx(np.median(rate[("n02", False)]), rel=0.05)
+    assert t0 == 1.7e9
