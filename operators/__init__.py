@@ -6,6 +6,7 @@ used, tested and benchmarked on arrays alone.
 
 from perfsift.operators.base import Operator, SnapshotError
 from perfsift.operators.batch import Batch
+from perfsift.operators.clean import Clean
 from perfsift.operators.contract import ContractMonitor
 from perfsift.operators.forecast import ForecastBank
 from perfsift.operators.pursuit import ProjectionPursuit
@@ -13,6 +14,7 @@ from perfsift.operators.smooth import Ewma, SlidingMean
 
 __all__ = [
     "Batch",
+    "Clean",
     "ContractMonitor",
     "Ewma",
     "ForecastBank",

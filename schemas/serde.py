@@ -346,7 +346,8 @@ def encode_batch(batch: Batch, codec: str = "json", schema: str = "sample") -> l
     nodes = [node_json[i] for i in batch.node_idx.tolist()]
     jobs = [job_json[i] for i in batch.job_idx.tolist()]
     seq = batch.seq.tolist()
-    extra_cols = [cells(col) for _, col in extras]
+    # object columns (clean's per-row flag lists) are small and mostly None: one dumps per row
+    extra_cols = [[orjson.dumps(v) for v in col.tolist()] if col.dtype == object else cells(col) for _, col in extras]
     if batch.values.shape[1]:
         body = orjson.dumps(np.ascontiguousarray(batch.values, dtype=np.float64), option=orjson.OPT_SERIALIZE_NUMPY)
         rows = [r.split(b",") for r in body[2:-2].split(b"],[")]

@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 from perfsift.operators import ContractMonitor, Ewma, ForecastBank, Operator, SlidingMean
+from perfsift.operators.clean import Clean
 from perfsift.operators.contract import contract_records
 from perfsift.operators.forecast import forecast_records
 from perfsift.operators.pursuit import ProjectionPursuit
@@ -29,6 +30,7 @@ OPERATORS: dict[str, type[Operator]] = {
     "contract": ContractMonitor,
     "data_reduction": DataReduction,
     "pursuit": ProjectionPursuit,
+    "clean": Clean,
 }
 
 #: what a stage publishes: the record schema, how to turn the chain's output into records (None =

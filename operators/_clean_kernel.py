@@ -1,0 +1,203 @@
+"""Compiled per-value outlier filter (numba), the hot path of :class:`perfsift.operators.clean.Clean`.
+
+Rows are visited in batch order; every (key, metric) series has its own state, so interleaved keys
+do not interact and one pass gives exactly the sequential semantics of METHODS.md §3.1/§0.4:
+statistics are taken *before* a value is incorporated, and flagged values never enter the
+accepted-value window (window and EWMA modes), while Hampel windows hold the original inputs.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+from perfsift.operators import _numba  # noqa: F401  (sets the kernel cache directory)
+
+NONE, HAMPEL, WINDOW, EWMA = 0, 1, 2, 3
+A_FLAG, A_CLIP, A_REPLACE, A_DROP, A_TRIM_LOG, A_TRIM_SQRT = 0, 1, 2, 3, 4, 5
+R_NONE, R_STAT, R_KB, R_NEGATIVE = 0, 1, 2, 3
+EPS_REL = 1e-9
+
+
+@njit(cache=True, inline="always")
+def _sort(buf: np.ndarray, n: int) -> None:
+    for i in range(1, n):
+        v = buf[i]
+        j = i - 1
+        while j >= 0 and buf[j] > v:
+            buf[j + 1] = buf[j]
+            j -= 1
+        buf[j + 1] = v
+
+
+@njit(cache=True, inline="always")
+def _median_sorted(buf: np.ndarray, n: int) -> float:
+    return 0.5 * (buf[(n - 1) // 2] + buf[n // 2])
+
+
+@njit(cache=True)
+def filter_values(  # type: ignore[no-untyped-def]
+    vals,
+    keys,
+    cols,
+    hist,
+    hpos,
+    hn,
+    accepted,
+    em,
+    ev,
+    run_n,
+    runbuf,
+    kbmax,
+    nonneg,
+    out,
+    rule,
+    thr,
+    mode,
+    nsig,
+    n_min,
+    accept_after,
+    alpha,
+    action,
+    two_sided,
+    gamma,
+):
+    """Filter vals (R×m) into out; column jb of vals is state column cols[jb]; rule/thr say which
+    values were flagged and at what threshold."""
+    n_rows, n_metrics = vals.shape
+    cap = hist.shape[2]
+    buf = np.empty(cap + 1)
+    dev = np.empty(cap + 1)
+    for i in range(n_rows):
+        k = keys[i]
+        for jb in range(n_metrics):
+            j = cols[jb]
+            x = vals[i, jb]
+            rule[i, jb] = R_NONE
+            thr[i, jb] = np.nan
+            if x != x:  # missing: nothing to filter, state untouched
+                out[i, jb] = x
+                continue
+            flagged = False
+            estimate = np.nan
+            center = np.nan
+            sigma = np.nan
+            threshold = np.nan
+            n = hn[k, j]
+            if mode == HAMPEL:
+                if n >= min(n_min, cap):
+                    for q in range(n):
+                        buf[q] = hist[k, j, q]
+                    buf[n] = x
+                    _sort(buf, n + 1)
+                    center = _median_sorted(buf, n + 1)
+                    for q in range(n + 1):
+                        dev[q] = abs(buf[q] - center)
+                    _sort(dev, n + 1)
+                    sigma = max(1.4826 * _median_sorted(dev, n + 1), EPS_REL * abs(center), 1e-300)
+                    estimate = center
+                    if abs(x - center) > nsig * sigma:
+                        flagged = True
+                        threshold = center + nsig * sigma if x > center else center - nsig * sigma
+            elif mode == WINDOW:
+                if accepted[k, j] >= n_min and n > 0:
+                    total = 0.0
+                    for q in range(n):
+                        total += hist[k, j, q]
+                    mu = total / n
+                    ss = 0.0
+                    for q in range(n):
+                        d = hist[k, j, q] - mu
+                        ss += d * d
+                    center = mu
+                    sigma = max(math.sqrt(ss / n), EPS_REL * abs(mu), 1e-12)
+                    estimate = mu
+                    if x - mu > nsig * sigma or (two_sided and mu - x > nsig * sigma):
+                        flagged = True
+                        threshold = mu + nsig * sigma if x > mu else mu - nsig * sigma
+            elif mode == EWMA and accepted[k, j] >= n_min:
+                m = em[k, j]
+                center = m
+                sigma = max(math.sqrt(ev[k, j]), EPS_REL * abs(m), 1e-12)
+                estimate = m
+                if x - m > nsig * sigma or (two_sided and m - x > nsig * sigma):
+                    flagged = True
+                    threshold = m + nsig * sigma if x > m else m - nsig * sigma
+            r = R_STAT if flagged else R_NONE
+            if not flagged and kbmax[j] == kbmax[j] and x > gamma * kbmax[j]:
+                r = R_KB
+                threshold = gamma * kbmax[j]
+            if not flagged and r == R_NONE and nonneg[j] and x < 0.0:
+                r = R_NEGATIVE
+                threshold = 0.0
+            # window mode: a long run of flags is a new level, not outliers (accept_after)
+            if r == R_STAT and mode == WINDOW:
+                c = run_n[k, j]
+                runbuf[k, j, c] = x
+                run_n[k, j] = c + 1
+                if c + 1 >= accept_after:
+                    for q in range(c + 1):
+                        hist[k, j, q] = runbuf[k, j, q]
+                    hn[k, j] = c + 1
+                    hpos[k, j] = (c + 1) % cap
+                    run_n[k, j] = 0
+                    r = R_NONE
+                    accepted[k, j] += 1
+                    out[i, jb] = x
+                    continue
+            elif mode == WINDOW:
+                run_n[k, j] = 0
+            y = x
+            if r != R_NONE:
+                rule[i, jb] = r
+                thr[i, jb] = threshold
+                if action == A_CLIP:
+                    y = threshold
+                elif action == A_REPLACE:
+                    y = estimate if (r == R_STAT and estimate == estimate) else threshold
+                elif action == A_DROP:
+                    y = np.nan
+                elif action in (A_TRIM_LOG, A_TRIM_SQRT):
+                    if r == R_STAT:
+                        dist = abs(x - center) / sigma
+                        lim = nsig
+                        if action == A_TRIM_LOG:
+                            rho = lim * (1.0 + math.log(dist / lim))
+                        else:
+                            rho = lim * (3.0 - 2.0 / math.sqrt(dist / lim))
+                        y = center + rho * sigma if x > center else center - rho * sigma
+                    else:
+                        y = threshold
+            out[i, jb] = y
+            # update the state (Hampel: original inputs; window: accepted values only; EWMA: the output)
+            if mode == HAMPEL:
+                p = hpos[k, j]
+                hist[k, j, p] = x
+                hpos[k, j] = (p + 1) % cap
+                if n < cap:
+                    hn[k, j] = n + 1
+                if r == R_NONE:
+                    accepted[k, j] += 1
+            elif mode == WINDOW:
+                if r == R_NONE:
+                    p = hpos[k, j]
+                    hist[k, j, p] = x
+                    hpos[k, j] = (p + 1) % cap
+                    if n < cap:
+                        hn[k, j] = n + 1
+                    accepted[k, j] += 1
+            elif mode == EWMA:
+                upd = y if y == y else estimate
+                if accepted[k, j] == 0 and hn[k, j] == 0:
+                    em[k, j] = upd
+                    ev[k, j] = 0.0
+                    hn[k, j] = 1
+                else:
+                    d = upd - em[k, j]
+                    em[k, j] += alpha * d
+                    ev[k, j] = (1.0 - alpha) * (ev[k, j] + alpha * d * d)
+                if r == R_NONE:
+                    accepted[k, j] += 1
+            elif r == R_NONE:
+                accepted[k, j] += 1

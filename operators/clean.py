@@ -1,0 +1,540 @@
+"""Cleaning: counter and multiplexing conversion, outlier filtering, missing-value imputation
+(METHODS.md §3, Zhu; §0.4 Hampel; the trimming maps of §1.2 step 5, Vetter & Reed).
+
+Per (job, node) and metric, in this order:
+
+1. **Counters** (``counters``): cumulative values become per-second rates from consecutive
+   samples; a counter that goes backwards wrapped (``counter_width`` bits: add 2^width once) or was
+   reset (missing value, rule ``counter_reset``). **Multiplexed PMU events** (``multiplexed``):
+   columns ``E``, ``E:enabled``, ``E:running`` (cumulative) give ``E`` = Δcount · Δt_enabled /
+   Δt_running per interval; zero running time gives a missing value, coverage below
+   ``low_coverage`` is flagged (rule ``low_coverage``). The ``:enabled``/``:running`` columns are
+   consumed.
+2. **Outliers** (``mode``): ``window`` (default, as METHODS.md §3.6: mean + k·σ of the last
+   ``window`` accepted values; flagged values never enter it, and a run of ``accept_after`` flags
+   is a new level), ``hampel`` (causal window of the last 2·half originals and the value,
+   median ± k·1.4826·MAD), ``ewma`` (EW mean and variance), or ``none``;
+   plus knowledge-base maxima (``kb`` + ``app``: flag x > γ·max) and ``nonnegative`` metrics
+   (negative values are impossible). A flagged value is, by ``action``: kept (``flag``), clipped to
+   the threshold (``clip``), replaced by the local estimate (``replace``: the Hampel median, the
+   window or EW mean), dropped to missing (``drop``) or shrunk towards the estimate with Vetter &
+   Reed's ``trim_log`` / ``trim_sqrt`` distance maps.
+3. **Imputation** (``impute``): missing values (absent, dropped, reset counters) by KNN regression
+   on co-monitored metrics (§3.4) trained on the node's recent complete samples — or on the
+   knowledge base's samples of the application when the node has fewer than ``knn_k`` — falling
+   back to the node's last value (rule ``last_value``) when nothing is trainable; ``last`` and
+   ``mean`` are the simple alternatives.
+
+The output batch has the same rows and metrics, cleaned, and an ``extra["flags"]`` column: per row
+None or a list of ``{metric, rule, action, original, threshold}`` (``schemas/sample.avsc``), one
+entry for every value that was changed, flagged or imputed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from perfsift.operators._keyed import KeyedColumns, group_rows, grow
+from perfsift.operators.base import Operator
+from perfsift.operators.batch import Batch
+
+MODES = {"none": 0, "hampel": 1, "window": 2, "ewma": 3}
+ACTIONS = {"flag": 0, "clip": 1, "replace": 2, "drop": 3, "trim_log": 4, "trim_sqrt": 5}
+IMPUTE = ("knn", "last", "mean", "none")
+STAT_RULE = {"hampel": "hampel", "window": "nsigma", "ewma": "ewma", "none": "none"}
+
+
+class Clean(Operator):
+    """Clean samples per (job, node) and metric; see the module docstring for the steps.
+
+    Parameters
+    ----------
+    mode : str
+        ``window`` (default), ``hampel``, ``ewma`` or ``none``. The causal Hampel filter's median
+        lags any trend by half its window, so on trending or cyclic metrics it flags clean values
+        (measured: precision 0.17 on the synthetic SPMD trends against 0.95 for ``window``; 21 %
+        of the NAB CloudWatch points flagged against 5 %); use it for flat, spiky series.
+    k : float
+        Threshold in (robust) standard deviations.
+    half : int
+        Hampel half-width: the causal window is the last 2·half values and the current one.
+    window, n_min, accept_after, alpha, two_sided
+        Window and EWMA modes (METHODS.md §3.6); no value is flagged before ``n_min`` values.
+    action : str
+        ``flag``, ``clip``, ``replace`` (default), ``drop``, ``trim_log`` or ``trim_sqrt``.
+    kb, app, gamma
+        Knowledge base (SQLite path or PostgreSQL DSN) and application whose historical maxima,
+        times γ, are thresholds too; its samples train the imputation when a node has too few.
+    nonnegative : tuple of str
+        Metrics that cannot be negative (``"*"`` = all).
+    counters, counter_width : tuple of str, int or None
+        Cumulative counters to turn into per-second rates; the counter width in bits (None = a
+        decrease is a reset).
+    multiplexed, low_coverage
+        PMU events scaled by Δt_enabled/Δt_running; coverage below which values are flagged.
+    impute, knn_k, knn_window, f_min, weights, target_transform
+        Imputation (METHODS.md §3.4).
+    """
+
+    STATE_VERSION = 1
+
+    def __init__(
+        self,
+        mode: str = "window",
+        k: float = 3.0,
+        half: int = 5,
+        window: int = 100,
+        n_min: int = 10,
+        accept_after: int = 10,
+        alpha: float = 0.05,
+        two_sided: bool = False,
+        action: str = "replace",
+        kb: str | None = None,
+        app: str | None = None,
+        gamma: float = 1.0,
+        nonnegative: tuple[str, ...] = (),
+        counters: tuple[str, ...] = (),
+        counter_width: int | None = None,
+        multiplexed: tuple[str, ...] = (),
+        low_coverage: float = 0.05,
+        impute: str = "knn",
+        knn_k: int = 5,
+        knn_window: int = 200,
+        f_min: int = 2,
+        weights: str = "distance",
+        target_transform: str = "none",
+    ) -> None:
+        self.mode = mode
+        self.k = k
+        self.half = half
+        self.window = window
+        self.n_min = n_min
+        self.accept_after = accept_after
+        self.alpha = alpha
+        self.two_sided = two_sided
+        self.action = action
+        self.kb = kb
+        self.app = app
+        self.gamma = gamma
+        self.nonnegative = nonnegative
+        self.counters = counters
+        self.counter_width = counter_width
+        self.multiplexed = multiplexed
+        self.low_coverage = low_coverage
+        self.impute = impute
+        self.knn_k = knn_k
+        self.knn_window = knn_window
+        self.f_min = f_min
+        self.weights = weights
+        self.target_transform = target_transform
+
+    # -- state -----------------------------------------------------------------------------------
+    def reset(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"mode must be one of {', '.join(MODES)}, got {self.mode!r}")
+        if self.action not in ACTIONS:
+            raise ValueError(f"action must be one of {', '.join(ACTIONS)}, got {self.action!r}")
+        if self.impute not in IMPUTE:
+            raise ValueError(f"impute must be one of {', '.join(IMPUTE)}, got {self.impute!r}")
+        if self.weights not in ("distance", "uniform") or self.target_transform not in ("none", "log1p"):
+            raise ValueError("weights must be distance|uniform and target_transform none|log1p")
+        if not self.k > 0 or self.half < 1 or self.window < 2 or self.n_min < 1 or self.accept_after < 1:
+            raise ValueError("k must be > 0; half, n_min, accept_after >= 1; window >= 2")
+        if (self.kb is None) != (self.app is None):
+            raise ValueError("kb and app go together: the knowledge base is looked up by application")
+        self.cols_ = KeyedColumns()
+        self.hcap_ = 2 * self.half if self.mode == "hampel" else self.window
+        k0, m0 = 0, 0
+        self.hist_ = np.zeros((k0, m0, self.hcap_))
+        self.hpos_ = np.zeros((k0, m0), dtype=np.int64)
+        self.hn_ = np.zeros((k0, m0), dtype=np.int64)
+        self.accepted_ = np.zeros((k0, m0), dtype=np.int64)
+        self.em_ = np.zeros((k0, m0))
+        self.ev_ = np.zeros((k0, m0))
+        self.run_n_ = np.zeros((k0, m0), dtype=np.int64)
+        self.runbuf_ = np.zeros((k0, m0, self.accept_after))
+        self.last_ = np.full((k0, m0), np.nan)  # last clean value (imputation fallback)
+        self.sum_ = np.zeros((k0, m0))  # running sum and count of clean values (impute="mean")
+        self.cnt_ = np.zeros((k0, m0))
+        self.raw_last_ = np.full((k0, m0), np.nan)  # counters: last raw value and its time
+        self.raw_ts_ = np.full((k0, m0), np.nan)
+        self.refs_ = np.full((k0, self.knn_window, m0), np.nan)  # recent complete rows per key
+        self.ref_n_ = np.zeros(k0, dtype=np.int64)
+        self.ref_pos_ = np.zeros(k0, dtype=np.int64)
+        self.kb_max_: dict[str, float] = {}
+        self.kb_refs_: tuple[list[str], np.ndarray] = ([], np.zeros((0, 0)))
+        if self.kb is not None:
+            from perfsift.operators.knowledge import KnowledgeBase
+
+            with KnowledgeBase(self.kb) as base:
+                self.kb_max_ = base.maxima(str(self.app))
+                self.kb_refs_ = base.reference_rows(str(self.app), self.knn_window)
+
+    def _grow(self, n_keys: int, n_metrics: int) -> None:
+        for name, fill in (
+            ("hpos_", 0),
+            ("hn_", 0),
+            ("accepted_", 0),
+            ("em_", 0.0),
+            ("ev_", 0.0),
+            ("run_n_", 0),
+            ("last_", np.nan),
+            ("sum_", 0.0),
+            ("cnt_", 0.0),
+            ("raw_last_", np.nan),
+            ("raw_ts_", np.nan),
+        ):
+            arr = grow(grow(getattr(self, name), 0, n_keys, fill), 1, n_metrics, fill)
+            setattr(self, name, arr)
+        self.hist_ = grow(grow(self.hist_, 0, n_keys, 0.0), 1, n_metrics, 0.0)
+        self.runbuf_ = grow(grow(self.runbuf_, 0, n_keys, 0.0), 1, n_metrics, 0.0)
+        self.refs_ = grow(grow(self.refs_, 0, n_keys, np.nan), 2, n_metrics, np.nan)
+        self.ref_n_ = grow(self.ref_n_, 0, n_keys, 0)
+        self.ref_pos_ = grow(self.ref_pos_, 0, n_keys, 0)
+
+    # -- streaming ----------------------------------------------------------------------------------
+    def update(self, batch: Batch) -> Batch:
+        if not hasattr(self, "cols_"):
+            self.reset()
+        from perfsift.operators import _clean_kernel as kern
+
+        flags: list[list[dict[str, Any]] | None] = [None] * len(batch)
+        batch = self._convert_counters(batch, flags)
+        keys = self.cols_.row_keys(batch)
+        cols = self.cols_.metric_columns(batch.metrics)
+        self._grow(len(self.cols_.keys), len(self.cols_.metrics))
+        names = self.cols_.metrics
+        kbmax = np.array([self.kb_max_.get(m, np.nan) for m in names])
+        star = "*" in self.nonnegative
+        nonneg = np.array([star or m in self.nonnegative for m in names])
+        vals = np.ascontiguousarray(batch.values, dtype=np.float64)
+        out = np.empty_like(vals)
+        rule = np.zeros(vals.shape, dtype=np.int8)
+        thr = np.empty_like(vals)
+        kern.filter_values(
+            vals,
+            keys,
+            cols,
+            self.hist_,
+            self.hpos_,
+            self.hn_,
+            self.accepted_,
+            self.em_,
+            self.ev_,
+            self.run_n_,
+            self.runbuf_,
+            kbmax,
+            nonneg,
+            out,
+            rule,
+            thr,
+            MODES[self.mode],
+            float(self.k),
+            int(self.n_min),
+            int(self.accept_after),
+            float(self.alpha),
+            ACTIONS[self.action],
+            bool(self.two_sided),
+            float(self.gamma),
+        )
+        rows, jcols = np.nonzero(rule)
+        rule_names = {1: STAT_RULE[self.mode], 2: "kb_max", 3: "negative"}
+        for i, j, r in zip(rows.tolist(), jcols.tolist(), rule[rows, jcols].tolist(), strict=True):
+            f = {
+                "metric": batch.metrics[j],
+                "rule": rule_names[r],
+                "action": self.action,
+                "original": float(vals[i, j]),
+                "threshold": float(thr[i, j]),
+            }
+            flags[i] = [f] if flags[i] is None else [*flags[i], f]  # type: ignore[misc]
+        if self.impute != "none":
+            observed = out.copy()  # imputation learns from observed values only, never its own output
+            self._impute(out, observed, keys, cols, batch.metrics, flags)
+            if self.impute == "knn":
+                self._remember(observed, keys, cols)
+            self._track_clean(observed, keys, cols)
+        col = np.empty(len(batch), dtype=object)
+        col[:] = flags
+        return batch.with_values(out, flags=col)
+
+    # -- counters and multiplexing -------------------------------------------------------------------
+    def _convert_counters(self, batch: Batch, flags: list[Any]) -> Batch:
+        mux = [m for m in self.multiplexed if m in batch.metrics]
+        ctr = [m for m in self.counters if m in batch.metrics]
+        if not mux and not ctr:
+            return batch
+        keys = self.cols_.row_keys(batch)
+        wanted = {*ctr, *mux, *(f"{m}:{s}" for m in mux for s in ("enabled", "running") if f"{m}:{s}" in batch.metrics)}
+        cols = self.cols_.metric_columns(tuple(sorted(wanted)))
+        self._grow(len(self.cols_.keys), len(self.cols_.metrics))
+        ix = dict(zip(sorted(wanted), cols.tolist(), strict=True))
+        values = batch.values.copy()
+        order = np.argsort(keys, kind="stable")
+        width = None if self.counter_width is None else float(2**self.counter_width)
+
+        def deltas(name: str) -> np.ndarray:
+            """Per-row difference to the previous sample of the same key (state carried over)."""
+            j = batch.metrics.index(name)
+            c = ix[name]
+            x = values[:, j]
+            d = np.full(len(x), np.nan)
+            for r in order.tolist():  # rows of one key in arrival order
+                key = keys[r]
+                prev = self.raw_last_[key, c]
+                if x[r] == x[r]:
+                    if prev == prev:
+                        d[r] = x[r] - prev
+                    self.raw_last_[key, c] = x[r]
+            return d
+
+        def dt_of(name: str) -> np.ndarray:
+            c = ix[name]
+            dt = np.full(len(batch), np.nan)
+            for r in order.tolist():
+                key = keys[r]
+                prev = self.raw_ts_[key, c]
+                if prev == prev:
+                    dt[r] = batch.ts[r] - prev
+                self.raw_ts_[key, c] = batch.ts[r]
+            return dt
+
+        for m in ctr:
+            if m in mux:
+                continue
+            dt = dt_of(m)
+            d = deltas(m)
+            self._wrap(d, width, m, values[:, batch.metrics.index(m)], flags)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                values[:, batch.metrics.index(m)] = np.where(dt > 0, d / dt, np.nan)
+        drop: list[str] = []
+        for m in mux:
+            en, run = f"{m}:enabled", f"{m}:running"
+            if en not in batch.metrics or run not in batch.metrics:
+                raise ValueError(f"multiplexed event {m!r} needs the columns {en!r} and {run!r}")
+            d = deltas(m)
+            self._wrap(d, width, m, values[:, batch.metrics.index(m)], flags)
+            de, dr = deltas(en), deltas(run)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                scaled = np.where(dr > 0, d * de / dr, np.nan)
+                coverage = dr / de
+            if m in ctr:
+                dt = dt_of(m)
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    scaled = np.where(dt > 0, scaled / dt, np.nan)
+            for r in np.flatnonzero(coverage < self.low_coverage).tolist():
+                f = {"metric": m, "rule": "low_coverage", "action": "flag", "original": None,
+                     "threshold": float(coverage[r])}  # fmt: skip
+                flags[r] = [f] if flags[r] is None else [*flags[r], f]
+            values[:, batch.metrics.index(m)] = scaled
+            drop += [en, run]
+        keep = [i for i, m in enumerate(batch.metrics) if m not in drop]
+        return batch.with_values(values[:, keep], [batch.metrics[i] for i in keep])
+
+    @staticmethod
+    def _wrap(d: np.ndarray, width: float | None, metric: str, raw: np.ndarray, flags: list[Any]) -> None:
+        """Negative deltas: one wrap-around of the counter, else a reset (missing, flagged)."""
+        neg = np.flatnonzero(d < 0)
+        if width is not None:
+            d[neg] += width
+            neg = neg[d[neg] < 0]
+        for r in neg.tolist():
+            f = {"metric": metric, "rule": "counter_reset", "action": "drop", "original": float(raw[r]),
+                 "threshold": None}  # fmt: skip
+            flags[r] = [f] if flags[r] is None else [*flags[r], f]
+        d[neg] = np.nan
+
+    # -- imputation ----------------------------------------------------------------------------------
+    def _remember(self, out: np.ndarray, keys: np.ndarray, cols: np.ndarray) -> None:
+        """Complete rows (every metric of the batch present after filtering) become references:
+        the newest ``knn_window`` of each key go into its ring, in order."""
+        complete = np.flatnonzero(~np.isnan(out).any(axis=1))
+        if len(complete) == 0:
+            return
+        order, uniq, counts, rank = group_rows(keys[complete])
+        rows = complete[order]
+        k_of = keys[rows]
+        from_end = np.repeat(counts, counts) - rank  # 1 = the newest row of its key
+        keep = from_end <= self.knn_window
+        rows, k_of, rank = rows[keep], k_of[keep], rank[keep]
+        pos = (self.ref_pos_[k_of] + rank) % self.knn_window  # the kept ranks hit distinct slots
+        block = np.full((len(rows), self.refs_.shape[2]), np.nan)
+        block[:, cols] = out[rows]
+        self.refs_[k_of, pos] = block
+        self.ref_pos_[uniq] = (self.ref_pos_[uniq] + counts) % self.knn_window
+        self.ref_n_[uniq] = np.minimum(self.ref_n_[uniq] + counts, self.knn_window)
+
+    def _track_clean(self, out: np.ndarray, keys: np.ndarray, cols: np.ndarray) -> None:
+        """Last clean value and running mean per (key, metric): the simple imputation fallbacks."""
+        for jb, c in enumerate(cols.tolist()):
+            col = out[:, jb]
+            ok = np.flatnonzero(~np.isnan(col))
+            if len(ok) == 0:
+                continue
+            kk = keys[ok]
+            self.sum_[:, c] += np.bincount(kk, weights=col[ok], minlength=self.sum_.shape[0])
+            self.cnt_[:, c] += np.bincount(kk, minlength=self.cnt_.shape[0])
+            uniq, first_from_end = np.unique(kk[::-1], return_index=True)
+            self.last_[uniq, c] = col[ok[len(ok) - 1 - first_from_end]]
+
+    def _impute(
+        self,
+        out: np.ndarray,
+        observed: np.ndarray,
+        keys: np.ndarray,
+        cols: np.ndarray,
+        metrics: tuple[str, ...],
+        flags: list[Any],
+    ) -> None:
+        """Fill the missing cells of ``out`` causally: row r learns only from what its key observed
+        before r (earlier batches and earlier rows of this batch), so splitting a stream into other
+        batches changes nothing."""
+        missing_rows = np.flatnonzero(np.isnan(out).any(axis=1))
+        if len(missing_rows) == 0:
+            return
+        order, _, counts, _rank = group_rows(keys)
+        pos_in_sorted = np.empty(len(keys), dtype=np.int64)
+        pos_in_sorted[order] = np.arange(len(keys))
+        start_of = (np.cumsum(counts) - counts)[np.repeat(np.arange(len(counts)), counts)]  # per sorted row
+        last_val, mean_val = self._causal_fallbacks(observed, keys, cols, order, start_of)
+        complete = ~np.isnan(observed).any(axis=1)
+        for r in missing_rows.tolist():
+            key = int(keys[r])
+            miss = np.flatnonzero(np.isnan(out[r]))
+            done = np.zeros(len(miss), dtype=bool)
+            if self.impute == "knn":
+                p = pos_in_sorted[r]
+                earlier = order[start_of[p] : p]  # this key's rows before r, in order
+                earlier = earlier[complete[earlier]][-self.knn_window :]
+                done = self._knn_row(out, r, key, cols, miss, observed[earlier])
+            rules = ["knn_impute" if d else "" for d in done]
+            for q, jb in enumerate(miss.tolist()):
+                if done[q]:
+                    continue
+                if self.impute == "mean" and mean_val[r, jb] == mean_val[r, jb]:
+                    out[r, jb], rules[q] = mean_val[r, jb], "mean"
+                elif last_val[r, jb] == last_val[r, jb]:
+                    out[r, jb], rules[q] = last_val[r, jb], "last_value"
+                else:
+                    rules[q] = "no_reference"
+            for q, jb in enumerate(miss.tolist()):
+                act = "impute" if rules[q] != "no_reference" else "flag"
+                f = {"metric": metrics[jb], "rule": rules[q], "action": act, "original": None, "threshold": None}
+                flags[r] = [f] if flags[r] is None else [*flags[r], f]
+
+    def _causal_fallbacks(
+        self, observed: np.ndarray, keys: np.ndarray, cols: np.ndarray, order: np.ndarray, start_of: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Per row and column: the key's last observed value before the row, and the mean of its
+        observed values before the row (earlier batches included)."""
+        n = len(keys)
+        v = observed[order]
+        ok = ~np.isnan(v)
+        idx = np.where(ok, np.arange(n)[:, None], -1)
+        ff = np.maximum.accumulate(idx, axis=0)
+        prev = np.vstack([np.full((1, v.shape[1]), -1), ff[:-1]])  # exclusive: strictly before the row
+        prev[prev < start_of[:, None]] = -1
+        state_last = self.last_[keys[order]][:, cols]
+        last_sorted = np.where(prev >= 0, v[np.maximum(prev, 0), np.arange(v.shape[1])], state_last)
+        filled = np.where(ok, v, 0.0)
+        csum = np.cumsum(filled, axis=0) - filled
+        ccnt = np.cumsum(ok, axis=0) - ok
+        base_sum = (np.cumsum(filled, axis=0) - filled)[start_of]
+        base_cnt = (np.cumsum(ok, axis=0) - ok)[start_of]
+        total = self.sum_[keys[order]][:, cols] + csum - base_sum
+        count = self.cnt_[keys[order]][:, cols] + ccnt - base_cnt
+        with np.errstate(invalid="ignore", divide="ignore"):
+            mean_sorted = np.where(count > 0, total / count, np.nan)
+        last_val = np.empty_like(last_sorted)
+        mean_val = np.empty_like(mean_sorted)
+        last_val[order] = last_sorted
+        mean_val[order] = mean_sorted
+        return last_val, mean_val
+
+    def _knn_row(
+        self, out: np.ndarray, r: int, key: int, cols: np.ndarray, miss: np.ndarray, recent: np.ndarray
+    ) -> np.ndarray:
+        """Impute the missing cells ``miss`` of row r from the key's references in time order — the
+        ring, then ``recent`` (this batch's earlier complete rows), the newest ``knn_window`` — or
+        from the knowledge base's samples when there are fewer than ``knn_k``."""
+        done = np.zeros(len(miss), dtype=bool)
+        n = int(self.ref_n_[key])
+        ring = self.refs_[key][:, cols]
+        # a full ring starts at its write position (the oldest row); a filling one at slot 0
+        ring = np.roll(ring, -int(self.ref_pos_[key]), axis=0) if n == self.knn_window else ring[:n]
+        refs = np.concatenate([ring, recent])[-self.knn_window :] if len(recent) else ring
+        if len(refs) < self.knn_k and len(self.kb_refs_[1]):
+            kb_names, kb_rows = self.kb_refs_
+            pos = {m: i for i, m in enumerate(kb_names)}
+            extra = np.full((len(kb_rows), len(cols)), np.nan)
+            for jb, c in enumerate(cols.tolist()):
+                name = self.cols_.metrics[c]
+                if name in pos:
+                    extra[:, jb] = kb_rows[:, pos[name]]
+            refs = np.concatenate([refs, extra]) if len(refs) else extra
+        if len(refs) == 0:
+            return done
+        row = out[r]
+        present = np.flatnonzero(~np.isnan(row))
+        for q, e in enumerate(miss.tolist()):
+            cand = refs[~np.isnan(refs[:, e])]
+            if len(cand) == 0:
+                continue
+            feats = present[~np.isnan(cand[:, present]).any(axis=0)] if len(present) else present
+            if len(feats) == 0:
+                continue
+            x = cand[:, feats]
+            t = row[feats]
+            if (x >= 0).all() and (t >= 0).all():
+                x, t = np.log1p(x), np.log1p(t)
+            mu = x.mean(axis=0)
+            sd = np.maximum(x.std(axis=0), np.maximum(1e-9 * np.abs(mu), 1e-12))
+            z = (x - mu) / sd
+            zt = (t - mu) / sd
+            d = np.sqrt(((z - zt) ** 2).mean(axis=1))
+            y = cand[:, e]
+            y_t = np.log1p(y) if self.target_transform == "log1p" and (y >= 0).all() else y
+            exact = d == 0
+            if exact.any():
+                pred = float(y_t[exact].mean())
+            else:
+                kk = min(self.knn_k, len(d))
+                near = np.argpartition(d, kk - 1)[:kk] if kk < len(d) else np.arange(len(d))
+                near = near[np.lexsort((near, d[near]))]  # ties: the lower index
+                w = 1.0 / (d[near] + 1e-12) if self.weights == "distance" else np.ones(len(near))
+                pred = float((w * y_t[near]).sum() / w.sum())
+            if y_t is not y:
+                pred = float(np.expm1(pred))
+            out[r, e] = pred
+            done[q] = True
+        return done
+
+    # -- snapshots -------------------------------------------------------------------------------------
+    _ARRAYS = (
+        "hist_",
+        "hpos_",
+        "hn_",
+        "accepted_",
+        "em_",
+        "ev_",
+        "run_n_",
+        "runbuf_",
+        "last_",
+        "sum_",
+        "cnt_",
+        "raw_last_",
+        "raw_ts_",
+        "refs_",
+        "ref_n_",
+        "ref_pos_",
+    )
+
+    def _state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        meta = {"keys": self.cols_.keys, "metrics": self.cols_.metrics}
+        return meta, {name: getattr(self, name) for name in self._ARRAYS}
+
+    def _load_state(self, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
+        self.cols_.load(meta["keys"], meta["metrics"])
+        for name in self._ARRAYS:
+            setattr(self, name, arrays[name].copy())
