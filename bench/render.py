@@ -23,6 +23,8 @@ def render() -> str:
     parts = [HEADER]
     for path in sorted(RESULTS.glob("*.json")):
         res = json.loads(path.read_text())
+        if "rows" not in res:  # a report's data (e.g. nab.json), not a benchmark table
+            continue
         m = res["machine"]
         parts.append(f"## {res['benchmark']}\n")
         script = res.get("script", path.stem)

@@ -188,7 +188,9 @@ def filter_values(  # type: ignore[no-untyped-def]
                         hn[k, j] = n + 1
                     accepted[k, j] += 1
             elif mode == EWMA:
-                upd = y if y == y else estimate
+                # flagged: the winsorised value. (Updating with the mean itself, as "the replacement",
+                # shrinks the variance at every flag, so after a level change everything is flagged.)
+                upd = threshold if r != R_NONE else x
                 if accepted[k, j] == 0 and hn[k, j] == 0:
                     em[k, j] = upd
                     ev[k, j] = 0.0
@@ -201,3 +203,92 @@ def filter_values(  # type: ignore[no-untyped-def]
                     accepted[k, j] += 1
             elif r == R_NONE:
                 accepted[k, j] += 1
+
+
+@njit(cache=True)
+def knn_impute(refs, row, e, k, uniform, log_target):  # type: ignore[no-untyped-def]
+    """KNN regression of cell e of ``row`` on the reference rows (METHODS.md §3.4): candidates are
+    the references with a value for e; features the columns the row has and every candidate has;
+    log1p when all feature values are non-negative; standardised by the candidates; RMS distance;
+    the k nearest (ties: lower index) with inverse-distance weights, or the plain mean of all
+    exact matches. NaN when nothing is trainable."""
+    n, m = refs.shape
+    cand = np.empty(n, dtype=np.int64)
+    nc = 0
+    for i in range(n):
+        if refs[i, e] == refs[i, e]:
+            cand[nc] = i
+            nc += 1
+    if nc == 0:
+        return np.nan
+    feats = np.empty(m, dtype=np.int64)
+    nf = 0
+    nonneg = True
+    for f in range(m):
+        if f == e or row[f] != row[f]:
+            continue
+        ok = True
+        for q in range(nc):
+            v = refs[cand[q], f]
+            if v != v:
+                ok = False
+                break
+        if ok:
+            feats[nf] = f
+            nf += 1
+            if row[f] < 0:
+                nonneg = False
+            for q in range(nc):
+                if refs[cand[q], f] < 0:
+                    nonneg = False
+    if nf == 0:
+        return np.nan
+    dist = np.zeros(nc)
+    for a in range(nf):
+        f = feats[a]
+        mu = 0.0
+        for q in range(nc):
+            v = refs[cand[q], f]
+            mu += math.log1p(v) if nonneg else v
+        mu /= nc
+        ss = 0.0
+        for q in range(nc):
+            v = refs[cand[q], f]
+            d = (math.log1p(v) if nonneg else v) - mu
+            ss += d * d
+        sd = max(math.sqrt(ss / nc), EPS_REL * abs(mu), 1e-12)
+        t = ((math.log1p(row[f]) if nonneg else row[f]) - mu) / sd
+        for q in range(nc):
+            v = refs[cand[q], f]
+            z = ((math.log1p(v) if nonneg else v) - mu) / sd
+            dist[q] += (z - t) * (z - t)
+    yt = np.empty(nc)
+    target_log = log_target
+    if target_log:
+        for q in range(nc):
+            if refs[cand[q], e] < 0:
+                target_log = False
+    for q in range(nc):
+        dist[q] = math.sqrt(dist[q] / nf)
+        y = refs[cand[q], e]
+        yt[q] = math.log1p(y) if target_log else y
+    exact_sum = 0.0
+    exact_n = 0
+    for q in range(nc):
+        if dist[q] == 0.0:
+            exact_sum += yt[q]
+            exact_n += 1
+    if exact_n > 0:
+        pred = exact_sum / exact_n
+    else:
+        kk = min(k, nc)
+        order = np.argsort(dist, kind="mergesort")  # stable: ties keep the lower (older) index
+        num = 0.0
+        den = 0.0
+        for a in range(kk):
+            q = order[a]
+            w = 1.0 if uniform else 1.0 / (dist[q] + 1e-12)
+            num += w * yt[q]
+            den += w
+        pred = num / den
+    return math.expm1(pred) if target_log else pred

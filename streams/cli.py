@@ -18,6 +18,7 @@ from perfsift.producers import demo_trace_path, number_samples
 from perfsift.producers.traces import iter_samples
 from perfsift.schemas import RecordError
 from perfsift.streams.broker import BrokerError, EmbeddedBroker, bootstrap_or_embedded
+from perfsift.streams.clean_cli import clean_command, kb_app, quality_command
 from perfsift.streams.config import (
     ConfigError,
     PipelineConfig,
@@ -397,6 +398,9 @@ app.command("pursuit")(pursuit_command)
 app.command("replay")(replay_command)
 app.command("sample")(sample_command)
 app.command("synth")(synth_command)
+app.command("clean")(clean_command)
+app.command("quality")(quality_command)
+app.add_typer(kb_app, name="kb")
 
 
 def main() -> None:

@@ -20,7 +20,8 @@ def test_run_on_the_embedded_default_processes_every_demo_sample(tmp_path: Path)
     s = json.loads(summary.read_text())
     assert s["published"] == 9600 and s["rejected_lines"] == 0
     assert s["guarantee"] == "at_least_once"  # embedded broker
-    smooth, forecast, pursuit = s["stages"]
+    clean, smooth, forecast, pursuit = s["stages"]
+    assert clean["records_in"] == clean["records_out"] == 9600 and clean["dead_letters"] == 0
     assert smooth["records_in"] == smooth["records_out"] == 9600 and smooth["dead_letters"] == 0
     assert forecast["records_in"] == 9600 and forecast["records_out"] == 2 * 9600  # two forecast metrics
     # 600 s of demo trace in 30 s periods; the last period stays open (a stream has no end)

@@ -1,0 +1,58 @@
+"""perfsift clean, quality and kb, as a user runs them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from perfsift.producers.synth import spmd
+from perfsift.producers.traces import write_samples
+
+from tests.e2e.cli import perfsift
+
+pytestmark = pytest.mark.e2e
+
+
+def test_clean_quality_and_the_knowledge_base(tmp_path: Path) -> None:
+    faulty, truth = spmd("cactus", nodes=3, duration=300, seed=3, outliers=0.01, missing=0.02)
+    ref, _ = spmd("cactus", nodes=3, duration=300, seed=3)
+    rep, _ = spmd("cactus", nodes=3, duration=300, seed=4)
+    paths = {n: tmp_path / f"{n}.sddfb" for n in ("faulty", "ref", "rep")}
+    for name, s in (("faulty", faulty), ("ref", ref), ("rep", rep)):
+        write_samples(s, paths[name])
+    cleaned = tmp_path / "clean.jsonl"
+    r = perfsift("clean", str(paths["faulty"]), "--out", str(cleaned))
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "nsigma" in r.stdout and "knn_impute" in r.stdout
+    records = [json.loads(line) for line in cleaned.read_text().splitlines()]
+    assert len(records) == 900
+    flags = [f for rec in records for f in rec["flags"] or []]
+    assert {f["rule"] for f in flags} >= {"nsigma", "knn_impute"}
+    assert sum(f["rule"] == "nsigma" for f in flags) >= 0.8 * len(truth["outliers"])
+    assert all(v is not None for rec in records[30:] for v in rec["metrics"].values())  # gaps filled
+
+    def median_diff(test: Path) -> float:
+        q = perfsift("quality", str(test), str(paths["ref"]), str(paths["rep"]), "-m", "cpu_user", "-m", "pkts_in")
+        assert q.returncode == 0, q.stderr[-2000:]
+        return float(q.stdout.split("median Diff")[1].split()[0])
+
+    assert median_diff(cleaned) < median_diff(paths["faulty"])
+
+    db = tmp_path / "kb.sqlite"
+    r = perfsift("kb", "add", str(paths["ref"]), "--app", "cactus", "--db", str(db))
+    assert r.returncode == 0 and "run 1 of cactus: 12 events" in r.stdout, r.stderr
+    assert "cactus" in perfsift("kb", "list", "--db", str(db)).stdout
+    assert "cpu_user" in perfsift("kb", "show", "1", "--db", str(db)).stdout
+    r = perfsift("clean", str(paths["faulty"]), "--out", str(cleaned), "--kb", str(db), "--app", "cactus")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert perfsift("kb", "show", "7", "--db", str(db)).returncode != 0
+
+
+def test_clean_refuses_bad_settings(tmp_path: Path) -> None:
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"ts": 1, "node": "a", "metrics": {"x": 1}}\n')
+    r = perfsift("clean", str(trace), "--out", str(tmp_path / "o.jsonl"), "--mode", "median")
+    assert r.returncode != 0 and "mode must be one of" in r.stdout + r.stderr
+    r = perfsift("clean", str(trace), "--out", str(tmp_path / "o.jsonl"), "--kb", "x.sqlite")
+    assert r.returncode != 0 and "kb and app go together" in r.stdout + r.stderr
