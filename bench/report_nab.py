@@ -15,6 +15,7 @@ import csv
 import json
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from perfsift.operators import Batch, Clean
@@ -44,10 +45,10 @@ def main() -> None:
     with (args.data / "windows.csv").open() as fh:
         for r in csv.DictReader(fh):
             windows.setdefault(Path(r["file"]).name, []).append((_ts(r["window_start"]), _ts(r["window_end"])))
-    results = []
+    results: list[dict[str, Any]] = []
     for path in sorted((args.data / "realAWSCloudwatch").glob("*.csv")):
         ts, v = load(path)
-        row: dict[str, object] = {"file": path.stem, "points": len(v), "windows": len(windows.get(path.name, []))}
+        row: dict[str, Any] = {"file": path.stem, "points": len(v), "windows": len(windows.get(path.name, []))}
         for mode in MODES:
             batch = Batch.from_columns(ts=ts, nodes=["host"] * len(v), metrics=["value"], values=v[:, None])
             out = Clean(mode=mode, action="flag", impute="none").update(batch)
@@ -67,13 +68,13 @@ def main() -> None:
     for r in results:
         cells = []
         for m in MODES:
-            s = r[m]  # type: ignore[index]
+            s = r[m]
             cells.append(f"{s['hit']}/{r['windows']} · {s['outside']}")
             totals[m][0] += s["hit"]
             totals[m][1] += s["outside"]
             totals[m][2] += s["flags"]
-        n_windows += int(r["windows"])  # type: ignore[call-overload]
-        n_points += int(r["points"])  # type: ignore[call-overload]
+        n_windows += int(r["windows"])
+        n_points += int(r["points"])
         lines.append(f"| {r['file']} | {r['points']:,} | {r['windows']} | " + " | ".join(cells) + " |")
     overall = [f"**{t[0]}/{n_windows} · {t[1]:,}** ({t[2] / n_points:.1%} of points flagged)" for t in totals.values()]
     lines.append(f"| **all {len(results)} files** | {n_points:,} | {n_windows} | " + " | ".join(overall) + " |")

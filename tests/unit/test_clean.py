@@ -213,7 +213,7 @@ def test_knowledge_base_thresholds_and_training_rows(tmp_path: Path) -> None:
 def test_bad_parameters_are_refused() -> None:
     for bad in ({"mode": "median"}, {"action": "fix"}, {"impute": "spline"}, {"k": 0}, {"kb": "x.db"}):
         with pytest.raises(ValueError):
-            Clean(**bad).reset()  # type: ignore[arg-type]
+            Clean(**bad).reset()
 
 
 # -- DTW --------------------------------------------------------------------------------------------
