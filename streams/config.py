@@ -20,6 +20,7 @@ from perfsift.operators.clean import Clean
 from perfsift.operators.contract import contract_records
 from perfsift.operators.forecast import forecast_records
 from perfsift.operators.pursuit import ProjectionPursuit
+from perfsift.operators.reduce import Reduce
 from perfsift.operators.selection import DataReduction
 
 #: operator names usable in a pipeline file -> class
@@ -31,6 +32,7 @@ OPERATORS: dict[str, type[Operator]] = {
     "data_reduction": DataReduction,
     "pursuit": ProjectionPursuit,
     "clean": Clean,
+    "reduce": Reduce,
 }
 
 #: what a stage publishes: the record schema, how to turn the chain's output into records (None =
@@ -40,6 +42,8 @@ EMITTERS: dict[str, tuple[str, Callable[[Any], list[dict[str, Any]]] | None, str
     "contract": ("contract", contract_records, "node"),
     "forecast": ("forecast", forecast_records, "node"),
     "selection": ("selection", list, "job"),  # DataReduction and ProjectionPursuit return selection records
+    # the reduce operator returns {topic: records or batches}; each goes out with its topic's schema and key
+    "routed": ("", None, ""),
 }
 
 GUARANTEES = ("auto", "at_least_once", "exactly_once")
@@ -193,6 +197,12 @@ def load_pipeline(
         emit = str(st.get("emit", "samples"))
         if emit not in EMITTERS:
             raise _err(source, f"{where}.emit", f"unknown output kind {emit!r}; known: {', '.join(EMITTERS)}")
+        if emit == "routed":
+            from perfsift.streams.topics import TOPICS
+
+            not_topics = [o for o in map(str, outputs) if o not in TOPICS]
+            if not_topics:
+                raise _err(source, f"{where}.outputs", f"routed outputs must be pipeline topics; unknown: {not_topics}")
         stages[name] = StageConfig(name, str(st["input"]), tuple(map(str, outputs)), ops, emit)
     cfg = PipelineConfig(**values, stages=stages, source=source)
     if cfg.guarantee not in GUARANTEES:

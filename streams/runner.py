@@ -348,7 +348,12 @@ class StageRunner:
         part.next_offset = _where(ms[-1])[2] + 1
         part.dirty = True
 
-    def _emit(self, out: Batch | list[dict[str, Any]]) -> None:
+    def _emit(self, out: Batch | list[dict[str, Any]] | dict[str, Any]) -> None:
+        if self.stage.emit == "routed":
+            assert isinstance(out, dict), f"stage {self.stage.name}: emit routed needs a dict topic -> records"
+            self._emit_routed(out)
+            return
+        assert not isinstance(out, dict)
         schema, to_records, key_field = EMITTERS[self.stage.emit]
         by_topic: dict[str, list[bytes]] = {}
         if to_records is None:
@@ -375,6 +380,37 @@ class StageRunner:
                     self._produce(topic, value, key)
         self.stats.records_out += len(encoded)
         self.stats.bytes_out += sum(map(len, encoded)) * len(self._out_topics)
+
+    def _emit_routed(self, out: dict[str, Any]) -> None:
+        """Outputs for several topics (the reduce operator): each encoded with its topic's schema
+        and keyed by its topic's key (TOPICS)."""
+        self._ensure_transaction()
+        assert self._producer is not None
+        for name, payload in out.items():
+            if name not in self.stage.outputs:
+                raise StageError(f"stage {self.stage.name}: an operator routed records to {name!r}, not in its outputs")
+            spec = TOPICS[name]
+            topic = self.pipeline.topic(name)
+            parts = payload if isinstance(payload, list) else [payload]
+            encoded: list[bytes] = []
+            keys: list[bytes] = []
+            records = [p for p in parts if isinstance(p, dict)]
+            for b in (p for p in parts if isinstance(p, Batch)):
+                encoded += encode_batch(b, self.pipeline.encoding, spec.schema)
+                if spec.key == "node":
+                    keys += [b.nodes[i].encode() for i in b.node_idx.tolist()]
+                else:
+                    keys += [b.jobs[i].encode() for i in b.job_idx.tolist()]
+            if records:
+                encoded += encode_records(records, self.pipeline.encoding, spec.schema)
+                keys += [str(r[spec.key]).encode() for r in records]
+            for value, key in zip(encoded, keys, strict=True):
+                try:
+                    self._producer.produce(topic, value, key)
+                except BufferError:
+                    self._produce(topic, value, key)
+            self.stats.records_out += len(encoded)
+            self.stats.bytes_out += sum(map(len, encoded))
 
     def _dead_letter(self, msg: Message, reason: str) -> None:
         self.stats.dead_letters += 1
@@ -547,8 +583,8 @@ class StageRunner:
         return found
 
 
-def _run_chain(chain: list[Operator], batch: Batch) -> Batch | list[dict[str, Any]]:
-    out: Batch | list[dict[str, Any]] = batch
+def _run_chain(chain: list[Operator], batch: Batch) -> Batch | list[dict[str, Any]] | dict[str, Any]:
+    out: Batch | list[dict[str, Any]] | dict[str, Any] = batch
     for op in chain:
         assert isinstance(out, Batch), "only the last operator of a chain may emit records"
         out = op.update(out)

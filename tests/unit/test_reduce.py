@@ -1,0 +1,68 @@
+"""The reduce operator: selections from projection pursuit applied to the following periods."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pytest
+from perfsift.operators import Batch, SlidingMean
+from perfsift.operators.reduce import Reduce
+from perfsift.producers.synth import spmd
+from perfsift.schemas import batch_to_samples, samples_to_batch
+
+
+def smoothed(duration: int = 900, seed: int = 1) -> tuple[Batch, dict]:
+    samples, truth = spmd("sweep3d", nodes=12, duration=duration, seed=seed)
+    return SlidingMean(window=5).update(samples_to_batch(samples)), truth
+
+
+def reduced_rows(out: dict) -> list[dict]:
+    rows = []
+    for b in out["perf.reduced"]:
+        for r in batch_to_samples(b):
+            rows.append(r)
+    return rows
+
+
+def test_every_sample_comes_out_with_the_previous_periods_selection() -> None:
+    batch, truth = smoothed()
+    op = Reduce(pursuit={"period": 30.0, "window": 5}, full_every=5)
+    outs = [op.update(batch.take(rows)) for rows in np.array_split(np.arange(len(batch)), 9)]
+    rows = [r for o in outs for r in reduced_rows(o)]
+    selections = [s for o in outs for s in o["perf.selection"]]
+    controls = [c for o in outs for c in o["perf.control"]]
+    assert sorted((r["node"], r["seq"]) for r in rows) == sorted(
+        zip(batch.node_names(), batch.seq.tolist(), strict=True)
+    )
+    first_sel_end = min(s["period_end"] for s in selections if not s["skipped"])
+    early = [r for r in rows if r["ts"] < first_sel_end]
+    assert early and all(r["full"] and r["selection_version"] == -1 and len(r["metrics"]) == 12 for r in early)
+    partial = [r for r in rows if not r["full"]]
+    assert partial and all(len(r["metrics"]) == 3 for r in partial)  # the pursuit's three, nothing else
+    kept = Counter(m for r in partial for m in r["metrics"])
+    planted = sum(kept[m] for m in truth["interesting"]) / sum(kept.values())
+    assert planted > 0.6, kept
+    periods = {int(r["ts"] // 30) for r in rows if r["full"] and r["selection_version"] >= 0}
+    first = int(batch.ts.min() // 30)
+    assert periods and all((p - first) % 5 == 0 for p in periods)
+    assert [c["version"] for c in controls] == list(range(len(controls)))
+    assert controls and all(c["full_every"] >= 5 and len(c["keep"]) == 3 for c in controls)
+    summary = op.summary()["sweep3d"]
+    assert summary["samples"] == len(batch) and 0.2 < summary["reduction_ratio"] < 0.6
+
+
+def test_union_policy_and_metrics_always_kept() -> None:
+    batch, _ = smoothed(duration=300)
+    op = Reduce(pursuit={"period": 30.0, "window": 5}, keep=("cpu_user",), full_every=0)
+    rows = reduced_rows(op.update(batch))
+    later = [r for r in rows if r["selection_version"] >= 0]
+    assert later and all("cpu_user" in r["metrics"] and not r["full"] for r in later)
+    assert all(len(r["metrics"]) in (3, 4) for r in later)
+
+
+def test_refuses_an_empty_configuration() -> None:
+    with pytest.raises(ValueError, match="pursuit or reduction"):
+        Reduce().reset()
+    with pytest.raises(ValueError, match="policy"):
+        Reduce(pursuit={}, policy="all").reset()
