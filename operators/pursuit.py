@@ -359,6 +359,7 @@ class _JobState:
         self.nodes: list[str] = []
         self.node_ix: dict[str, int] = {}
         self.ring = np.full((0, capacity, 0), np.nan)  # node × position × metric
+        self.ring_ts = np.full((0, capacity), np.nan)  # event time of each ring row
         self.count = np.zeros(0, dtype=np.int64)  # rows ever written per node (position = count % capacity)
         self.last_ts = np.zeros(0)  # newest event time per node
         self.period: int | None = None  # index of the open period
@@ -403,12 +404,17 @@ class ProjectionPursuit(Operator):
         so ``selected`` ranks ``dims · rounds`` metrics (scores stay those of the first round).
     min_nodes : int
         Periods with fewer reporting nodes are skipped.
+    slack : int
+        A period closes when every active node (one seen since the previous period began) has
+        reported past its end -- an event-time watermark, so the records do not depend on how
+        upstream partitions interleave -- or, so that a silent node cannot hold it forever, when
+        some node is ``slack`` samples past its end.
     seed : int
         Seed of the restarts; period k of a job uses the seed (seed, k), so a replay or a restored
         snapshot reproduces the same records.
     """
 
-    STATE_VERSION = 1
+    STATE_VERSION = 2
 
     def __init__(
         self,
@@ -427,6 +433,7 @@ class ProjectionPursuit(Operator):
         dims: int = 3,
         rounds: int = 1,
         min_nodes: int = 2,
+        slack: int = 64,
         seed: int = 0,
     ) -> None:
         self.period = period
@@ -444,6 +451,7 @@ class ProjectionPursuit(Operator):
         self.dims = dims
         self.rounds = rounds
         self.min_nodes = min_nodes
+        self.slack = slack
         self.seed = seed
 
     # -- parameters and state ------------------------------------------------------------------
@@ -465,7 +473,7 @@ class ProjectionPursuit(Operator):
     @property
     def capacity(self) -> int:
         """Rows kept per node: enough for h_max snapshots w samples apart."""
-        return (self.h_max - 1) * self.window + 1 if self.row_mode == "stacked" else 1
+        return ((self.h_max - 1) * self.window + 1 if self.row_mode == "stacked" else 1) + self.slack
 
     # -- streaming -------------------------------------------------------------------------------
     def update(self, batch: Batch) -> list[dict[str, Any]]:
@@ -479,12 +487,11 @@ class ProjectionPursuit(Operator):
         return records
 
     def flush(self) -> list[dict[str, Any]]:
-        """Close every job's open period (end of an archived trace)."""
+        """Close every job's open periods (end of an archived trace)."""
         out = []
         for job, st in getattr(self, "jobs_", {}).items():
-            if st.period is not None:
-                out.append(self._analyse(job, st, st.period))
-                st.period = None
+            out += self._close_ready(job, st, final=True)
+            st.period = None
         return out
 
     def _update_job(self, job: str, batch: Batch, rows: np.ndarray) -> list[dict[str, Any]]:
@@ -492,22 +499,72 @@ class ProjectionPursuit(Operator):
         if st is None:
             st = self.jobs_[job] = _JobState(self.capacity)
         rows = rows[np.argsort(batch.ts[rows], kind="stable")]
-        periods = np.floor(batch.ts[rows] / self.period).astype(np.int64)
         cols = self._metric_columns(st, batch.metrics)
+        periods = np.floor(batch.ts[rows] / self.period).astype(np.int64)
         out: list[dict[str, Any]] = []
-        bounds = np.flatnonzero(np.diff(periods)) + 1
-        for chunk in np.split(np.arange(len(rows)), bounds):
-            p = int(periods[chunk[0]])
+        for chunk in np.split(np.arange(len(rows)), np.flatnonzero(np.diff(periods)) + 1):
+            part = rows[chunk]
             if st.period is None:
-                st.period = p
-            elif p > st.period:
-                out.append(self._analyse(job, st, st.period))
-                if p > st.period + 1:
-                    out.append(self._gap(job, st, st.period + 1, p))
-                st.period = p
-            elif p < st.period:
-                st.late += len(chunk)
-            self._append(st, batch, rows[chunk], cols)
+                st.period = int(periods[chunk[0]])
+            # Close what this period's rows complete *before* appending them: the ring then still
+            # holds every row of the closing periods, however many rows the chunk brings.
+            ks = np.array([self._node(st, batch.nodes[c]) for c in batch.node_idx[part].tolist()], dtype=np.int64)
+            pend_last = st.last_ts.copy()
+            np.maximum.at(pend_last, ks, batch.ts[part])
+            pend_cnt = np.bincount(ks, minlength=len(st.nodes))
+            out += self._close_ready(job, st, pend_last, pend_cnt, float(batch.ts[part].min()))
+            st.late += int((batch.ts[part] < st.period * self.period).sum())
+            self._append(st, batch, part, cols)
+        return out + self._close_ready(job, st)
+
+    def _node(self, st: _JobState, node: str) -> int:
+        k = st.node_ix.get(node)
+        if k is None:
+            k = st.node_ix[node] = len(st.nodes)
+            st.nodes.append(node)
+            st.ring = np.concatenate([st.ring, np.full((1, *st.ring.shape[1:]), np.nan)], axis=0)
+            st.ring_ts = np.concatenate([st.ring_ts, np.full((1, st.ring_ts.shape[1]), np.nan)], axis=0)
+            st.count = np.append(st.count, 0)
+            st.last_ts = np.append(st.last_ts, -np.inf)
+        return k
+
+    def _close_ready(
+        self,
+        job: str,
+        st: _JobState,
+        pend_last: np.ndarray | None = None,
+        pend_cnt: np.ndarray | None = None,
+        pend_start: float = np.inf,
+        final: bool = False,
+    ) -> list[dict[str, Any]]:
+        """Close the open period while the watermark has passed it (every period when final).
+        ``pend_*``: the newest time and row count per node, and the first time, of rows about to be
+        appended."""
+        out: list[dict[str, Any]] = []
+        last = st.last_ts if pend_last is None else pend_last
+        cnt = np.zeros(len(st.nodes), dtype=np.int64) if pend_cnt is None else pend_cnt
+        while st.period is not None and len(st.nodes):
+            p = st.period
+            start, end = p * self.period, (p + 1) * self.period
+            seen = (st.count > 0) | (cnt > 0)
+            if not seen.any() or last[seen].max() < start:
+                break  # nothing at or after this period yet
+            active = seen & (last >= start - self.period)
+            ahead = (st.ring_ts >= end).sum(axis=1) + (cnt if pend_start >= end else 0)
+            if not final and last[active].min() < end and ahead.max() < self.slack:
+                break
+            in_period = (st.ring_ts >= start) & (st.ring_ts < end)
+            if not in_period.any():  # an empty stretch: one record says so, then on to the next data
+                later = st.ring_ts[st.ring_ts >= end]
+                nxt = min(float(later.min()) if len(later) else np.inf, pend_start)
+                if not np.isfinite(nxt):
+                    break
+                q = max(int(np.floor(nxt / self.period)), p + 1)
+                out.append(self._gap(job, st, p, q))
+                st.period = q
+                continue
+            out.append(self._analyse(job, st, p))
+            st.period = p + 1
         return out
 
     def _metric_columns(self, st: _JobState, metrics: tuple[str, ...]) -> np.ndarray:
@@ -521,17 +578,9 @@ class ProjectionPursuit(Operator):
         return np.array([st.metric_ix[m] for m in metrics], dtype=np.int64)
 
     def _append(self, st: _JobState, batch: Batch, rows: np.ndarray, cols: np.ndarray) -> None:
-        names = batch.nodes
         node_codes = batch.node_idx[rows]
         for code in np.unique(node_codes).tolist():
-            node = names[code]
-            k = st.node_ix.get(node)
-            if k is None:
-                k = st.node_ix[node] = len(st.nodes)
-                st.nodes.append(node)
-                st.ring = np.concatenate([st.ring, np.full((1, *st.ring.shape[1:]), np.nan)], axis=0)
-                st.count = np.append(st.count, 0)
-                st.last_ts = np.append(st.last_ts, -np.inf)
+            k = self._node(st, batch.nodes[code])
             mine = rows[node_codes == code]
             cap = st.ring.shape[1]
             mine = mine[-cap:]  # only the newest rows can survive in the ring
@@ -539,25 +588,47 @@ class ProjectionPursuit(Operator):
             block = np.full((len(mine), st.ring.shape[2]), np.nan)
             block[:, cols] = batch.values[mine]
             st.ring[k, pos] = block
+            st.ring_ts[k, pos] = batch.ts[mine]
             st.count[k] += len(mine)
             st.last_ts[k] = max(st.last_ts[k], float(batch.ts[mine].max()))
 
     # -- one period --------------------------------------------------------------------------
-    def _matrix(self, st: _JobState, start: float) -> tuple[np.ndarray, list[str], dict[str, Any]]:
-        """Rows = reporting nodes × stacked snapshots, columns = metrics (§1.2 step 1)."""
-        live = np.flatnonzero((st.last_ts >= start) & (st.count > 0))
+    def _matrix(self, st: _JobState, start: float, end: float) -> tuple[np.ndarray, list[str], dict[str, Any]]:
+        """Rows = the nodes that reported in [start, end) × stacked snapshots of their rows before
+        end; columns = metrics (§1.2 step 1)."""
         cap = st.ring.shape[1]
-        info: dict[str, Any] = {"nodes": len(live)}
-        if len(live) == 0:
-            return np.zeros((0, len(st.metrics))), st.metrics, info
         w = self.window if self.row_mode == "stacked" else 1
-        avail = np.minimum((np.minimum(st.count[live], cap) - 1) // w + 1, self.h_max)
-        newest = (st.count[live] - 1) % cap
+        live: list[int] = []
+        newest: list[int] = []
+        avail: list[int] = []
+        in_period: list[int] = []  # rows of each live node in [start, end)
+        for k in range(len(st.nodes)):
+            n = int(st.count[k])
+            if n == 0:
+                continue
+            oldest = max(n - cap, 0)
+            i = n - 1
+            while i >= oldest and st.ring_ts[k, i % cap] >= end:  # rows past the period: not yet
+                i -= 1
+            if i < oldest or st.ring_ts[k, i % cap] < start:
+                continue  # no row in this period
+            live.append(k)
+            newest.append(i % cap)
+            avail.append(min((i - oldest) // w + 1, self.h_max))
+            j = i
+            while j >= oldest and st.ring_ts[k, j % cap] >= start:
+                j -= 1
+            in_period.append(i - j)
+        info: dict[str, Any] = {"nodes": len(live)}
+        if live:
+            info["samples_per_node"] = float(np.mean(in_period))
+        if not live:
+            return np.zeros((0, len(st.metrics))), st.metrics, info
 
         def snapshots(h: int) -> np.ndarray:
             parts = []
-            for i, k in enumerate(live.tolist()):
-                take = min(h, int(avail[i]))
+            for i, k in enumerate(live):
+                take = min(h, avail[i])
                 pos = (newest[i] - w * np.arange(take)) % cap
                 parts.append(st.ring[k, pos])
             return np.concatenate(parts, axis=0)
@@ -580,7 +651,7 @@ class ProjectionPursuit(Operator):
 
     def _analyse(self, job: str, st: _JobState, period: int) -> dict[str, Any]:
         start, end = period * self.period, (period + 1) * self.period
-        x, names, info = self._matrix(st, start)
+        x, names, info = self._matrix(st, start, end)
         info["late_rows"] = st.late
         st.late = 0
         if info["nodes"] < self.min_nodes:
@@ -699,6 +770,7 @@ class ProjectionPursuit(Operator):
                 }
             )
             arrays[f"{i}_ring"], arrays[f"{i}_count"], arrays[f"{i}_last"] = st.ring, st.count, st.last_ts
+            arrays[f"{i}_ring_ts"] = st.ring_ts
             if st.weights is not None:
                 arrays[f"{i}_weights"] = st.weights
         return meta, arrays
@@ -713,7 +785,9 @@ class ProjectionPursuit(Operator):
             st.period, st.late, st.version = j["period"], j["late"], j["version"]
             st.selected, st.scores, st.index = list(j["selected"]), dict(j["scores"]), j["index"]
             st.weight_names = list(j["weight_names"])
-            st.ring, st.count, st.last_ts = (arrays[f"{i}_{k}"].copy() for k in ("ring", "count", "last"))
+            st.ring, st.count, st.last_ts, st.ring_ts = (
+                arrays[f"{i}_{k}"].copy() for k in ("ring", "count", "last", "ring_ts")
+            )
             st.weights = arrays[f"{i}_weights"].copy() if f"{i}_weights" in arrays else None
             self.jobs_[j["job"]] = st
 

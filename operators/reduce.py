@@ -34,9 +34,8 @@ class _JobSelection:
         self.reduction: list[str] | None = None
         self.kept: list[str] | None = None  # None: nothing selected yet, everything passes
         self.version = -1
-        self.first_period: int | None = None
-        self.rows_in_period: dict[int, int] = {}
-        self.nodes_in_period: dict[int, set[str]] = {}
+        self.history: list[tuple[int, list[str], int]] = []  # (from period, kept, version)
+        self.pending: list[Batch] = []  # samples whose period's selection is not decided yet
         self.samples = 0
         self.values_in = 0
         self.values_out = 0
@@ -62,7 +61,7 @@ class Reduce(Operator):
         Emit control records for adaptive producers.
     """
 
-    STATE_VERSION = 1
+    STATE_VERSION = 2
 
     def __init__(
         self,
@@ -102,27 +101,58 @@ class Reduce(Operator):
         out: dict[str, Any] = {"perf.reduced": [], "perf.selection": [], "perf.control": []}
         if len(batch) == 0:
             return out
-        periods = np.floor(batch.ts / self.period_).astype(np.int64)
-        order = np.argsort(periods, kind="stable")  # rows of a job keep their order within a period
-        bounds = np.flatnonzero(np.diff(periods[order])) + 1
-        for chunk in np.split(order, bounds):
-            self._period_chunk(batch.take(chunk), int(periods[chunk[0]]), out)
-        return out
-
-    def _period_chunk(self, chunk: Batch, period: int, out: dict[str, Any]) -> None:
-        """Selections first (a closing period decides for this one), then this period's samples."""
         records: list[dict[str, Any]] = []
         if self.pp_ is not None:
-            records += self.pp_.update(chunk)
+            records += self.pp_.update(batch)
         if self.dr_ is not None:
-            records += self.dr_.update(chunk)
+            records += self.dr_.update(batch)
+        self._decide(records, out)
+        for ji, job in enumerate(batch.jobs):
+            rows = np.flatnonzero(batch.job_idx == ji)
+            if len(rows):
+                self.jobs_.setdefault(job, _JobSelection()).pending.append(batch.take(rows))
+        self._release(out)
+        return out
+
+    def flush(self) -> dict[str, Any]:
+        """End of an archived trace: close the open periods and let every held sample out."""
+        out: dict[str, Any] = {"perf.reduced": [], "perf.selection": [], "perf.control": []}
+        if not hasattr(self, "jobs_"):
+            return out
+        self._decide(self.pp_.flush() if self.pp_ is not None else [], out)
+        self._release(out, final=True)
+        return out
+
+    def _decide(self, records: list[dict[str, Any]], out: dict[str, Any]) -> None:
         out["perf.selection"] += records
         for rec in records:
             self._apply(rec, out)
-        for ji, job in enumerate(chunk.jobs):
-            rows = np.flatnonzero(chunk.job_idx == ji)
-            if len(rows):
-                out["perf.reduced"] += self._reduce_job(job, chunk.take(rows), period)
+
+    def _open_period(self, job: str) -> int | None:
+        """The job's first period whose selection is not known yet (None: pursuit has no data)."""
+        if self.pp_ is None:
+            return None
+        st = self.pp_.jobs_.get(job)
+        return None if st is None else st.period
+
+    def _release(self, out: dict[str, Any], final: bool = False) -> None:
+        """Samples of period q leave once period q - 1 is decided, with the selection in force from
+        q on: the reduced stream does not depend on batching or on how partitions interleave."""
+        for job, st in self.jobs_.items():
+            if not st.pending:
+                continue
+            held = Batch.concat(st.pending) if len(st.pending) > 1 else st.pending[0]
+            st.pending = []
+            periods = np.floor(held.ts / self.period_).astype(np.int64)
+            open_p = self._open_period(job)
+            ready = np.ones(len(held), dtype=bool) if final or open_p is None else periods <= open_p
+            if (~ready).any():
+                st.pending = [held.take(np.flatnonzero(~ready))]
+            if ready.any():
+                rows = np.flatnonzero(ready)
+                for q in np.unique(periods[rows]).tolist():
+                    sel = rows[periods[rows] == q]
+                    out["perf.reduced"] += self._reduce_job(job, held.take(sel), int(q))
 
     def _apply(self, rec: dict[str, Any], out: dict[str, Any]) -> None:
         st = self.jobs_.setdefault(rec["job"], _JobSelection())
@@ -144,8 +174,10 @@ class Reduce(Operator):
             return
         st.kept = kept
         st.version += 1
+        from_period = round(float(rec["period_end"]) / self.period_)
+        st.history.append((from_period, kept, st.version))
         if self.control:
-            per_node = self._samples_per_period(st)
+            per_node = self._samples_per_period(rec)
             out["perf.control"].append(
                 {
                     "job": rec["job"],
@@ -157,35 +189,30 @@ class Reduce(Operator):
             )
 
     @staticmethod
-    def _samples_per_period(st: _JobSelection) -> float:
-        """Samples per node in a recent complete period (for producers' full_every, in samples)."""
-        done = sorted(p for p in st.rows_in_period if st.nodes_in_period.get(p))
-        if len(done) < 2:
-            return 1.0
-        p = done[-2]  # the newest one may still be filling
-        return max(st.rows_in_period[p] / len(st.nodes_in_period[p]), 1.0)
+    def _samples_per_period(rec: dict[str, Any]) -> float:
+        """Samples per node in the period the record closed (so producers can count ``full_every``
+        in samples); 1 when the record does not say."""
+        return float(rec.get("diagnostics", {}).get("samples_per_node") or 1.0)
 
     def _reduce_job(self, job: str, rows: Batch, period: int) -> list[Batch]:
         st = self.jobs_.setdefault(job, _JobSelection())
-        if st.first_period is None:
-            st.first_period = period
-        st.rows_in_period[period] = st.rows_in_period.get(period, 0) + len(rows)
-        st.nodes_in_period.setdefault(period, set()).update(rows.node_names())
-        for old in [p for p in st.rows_in_period if p < period - 2]:  # bounded state
-            st.rows_in_period.pop(old)
-            st.nodes_in_period.pop(old, None)
-        full = st.kept is None or (self.full_every > 0 and (period - st.first_period) % self.full_every == 0)
+        kept, version = None, -1
+        for from_period, k, v in st.history:  # the selection in force in this period
+            if from_period <= period:
+                kept, version = k, v
+        st.history = [h for h in st.history if h[0] > period - 2] or st.history[-1:]  # bounded
+        full = kept is None or (self.full_every > 0 and period % self.full_every == 0)
         present = ~np.isnan(rows.values)
         st.samples += len(rows)
         st.values_in += int(present.sum())
         if full:
             cols = np.arange(len(rows.metrics))
         else:
-            wanted = set(st.kept or ())
+            wanted = set(kept or ())
             cols = np.array([j for j, m in enumerate(rows.metrics) if m in wanted], dtype=np.int64)
         st.values_out += int(present[:, cols].sum())
         extra = {
-            "selection_version": np.full(len(rows), st.version, dtype=np.int64),
+            "selection_version": np.full(len(rows), version, dtype=np.int64),
             "full": np.full(len(rows), full),
         }
         reduced = rows.with_values(rows.values[:, cols], [rows.metrics[j] for j in cols])
@@ -215,20 +242,23 @@ class Reduce(Operator):
             arrays["pursuit"] = np.frombuffer(self.pp_.snapshot(), dtype=np.uint8)
         if self.dr_ is not None:
             arrays["reduction"] = np.frombuffer(self.dr_.snapshot(), dtype=np.uint8)
+        meta_pending = []  # held samples: name tables in the metadata, columns as arrays
+        for i, (job, b) in enumerate((job, b) for job, st in self.jobs_.items() for b in st.pending):
+            meta_pending.append({"job": job, "metrics": list(b.metrics), "nodes": list(b.nodes), "jobs": list(b.jobs)})
+            for col in ("ts", "node_idx", "job_idx", "seq", "values"):
+                arrays[f"pending{i}_{col}"] = getattr(b, col)
         jobs = {
             job: {
                 "pursuit": st.pursuit,
                 "reduction": st.reduction,
                 "kept": st.kept,
                 "version": st.version,
-                "first_period": st.first_period,
-                "rows_in_period": {str(p): n for p, n in st.rows_in_period.items()},
-                "nodes_in_period": {str(p): sorted(v) for p, v in st.nodes_in_period.items()},
+                "history": st.history,
                 "counts": [st.samples, st.values_in, st.values_out],
             }
             for job, st in self.jobs_.items()
         }
-        return {"jobs": jobs}, arrays
+        return {"jobs": jobs, "pending": meta_pending}, arrays
 
     def _load_state(self, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
         if self.pp_ is not None and "pursuit" in arrays:
@@ -238,8 +268,11 @@ class Reduce(Operator):
         for job, j in meta["jobs"].items():
             st = _JobSelection()
             st.pursuit, st.reduction, st.kept, st.version = j["pursuit"], j["reduction"], j["kept"], j["version"]
-            st.first_period = j["first_period"]
-            st.rows_in_period = {int(p): n for p, n in j["rows_in_period"].items()}
-            st.nodes_in_period = {int(p): set(v) for p, v in j["nodes_in_period"].items()}
+            st.history = [(int(p), list(k), int(v)) for p, k, v in j["history"]]
             st.samples, st.values_in, st.values_out = j["counts"]
             self.jobs_[job] = st
+        for i, held in enumerate(meta.get("pending", [])):
+            cols = {c: arrays[f"pending{i}_{c}"].copy() for c in ("ts", "node_idx", "job_idx", "seq", "values")}
+            b = Batch(cols["ts"], cols["node_idx"], cols["values"], tuple(held["metrics"]), tuple(held["nodes"]),
+                      cols["job_idx"], tuple(held["jobs"]), cols["seq"])  # fmt: skip
+            self.jobs_[held["job"]].pending.append(b)
