@@ -81,7 +81,8 @@ def optimisers(nodes: int, metrics: int, which: list[str]) -> dict[str, dict[str
     op.reset()
     op.update(batch.take(np.flatnonzero(batch.ts < batch.ts.min() + 300)))
     st = next(iter(op.jobs_.values()))
-    x, names, _ = op._matrix(st, batch.ts.min())
+    start = np.floor(batch.ts.min() / 30) * 30
+    x, names, _ = op._matrix(st, start, start + 300)
     x = x[:, np.isfinite(x).all(axis=0)]
     names = names[: x.shape[1]]
     out = {}

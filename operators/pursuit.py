@@ -363,6 +363,7 @@ class _JobState:
         self.count = np.zeros(0, dtype=np.int64)  # rows ever written per node (position = count % capacity)
         self.last_ts = np.zeros(0)  # newest event time per node
         self.period: int | None = None  # index of the open period
+        self.first_period: int | None = None  # the job's first period
         self.late = 0
         self.version = 0
         self.selected: list[str] = []
@@ -408,7 +409,9 @@ class ProjectionPursuit(Operator):
         A period closes when every active node (one seen since the previous period began) has
         reported past its end -- an event-time watermark, so the records do not depend on how
         upstream partitions interleave -- or, so that a silent node cannot hold it forever, when
-        some node is ``slack`` samples past its end.
+        some node is ``slack`` samples past its end. Records are a deterministic function of the
+        input as long as no node runs more than ``slack`` samples ahead of the others (the ring
+        holds that many rows per node and metric: 8 bytes each).
     seed : int
         Seed of the restarts; period k of a job uses the seed (seed, k), so a replay or a restored
         snapshot reproduces the same records.
@@ -433,7 +436,7 @@ class ProjectionPursuit(Operator):
         dims: int = 3,
         rounds: int = 1,
         min_nodes: int = 2,
-        slack: int = 64,
+        slack: int = 512,
         seed: int = 0,
     ) -> None:
         self.period = period
@@ -506,6 +509,8 @@ class ProjectionPursuit(Operator):
             part = rows[chunk]
             if st.period is None:
                 st.period = int(periods[chunk[0]])
+                if st.first_period is None:
+                    st.first_period = st.period
             # Close what this period's rows complete *before* appending them: the ring then still
             # holds every row of the closing periods, however many rows the chunk brings.
             ks = np.array([self._node(st, batch.nodes[c]) for c in batch.node_idx[part].tolist()], dtype=np.int64)
@@ -551,7 +556,10 @@ class ProjectionPursuit(Operator):
                 break  # nothing at or after this period yet
             active = seen & (last >= start - self.period)
             ahead = (st.ring_ts >= end).sum(axis=1) + (cnt if pend_start >= end else 0)
-            if not final and last[active].min() < end and ahead.max() < self.slack:
+            # The first periods of a job also wait until event time is a period further on, so that
+            # nodes whose first samples come a little later (another upstream partition) count.
+            young = st.first_period is not None and p < st.first_period + 2 and last[seen].max() < end + self.period
+            if not final and (last[active].min() < end or young) and ahead.max() < self.slack:
                 break
             in_period = (st.ring_ts >= start) & (st.ring_ts < end)
             if not in_period.any():  # an empty stretch: one record says so, then on to the next data
@@ -602,7 +610,9 @@ class ProjectionPursuit(Operator):
         newest: list[int] = []
         avail: list[int] = []
         in_period: list[int] = []  # rows of each live node in [start, end)
-        for k in range(len(st.nodes)):
+        # nodes in name order and metrics in name order: the matrix (and with it every rounding in the
+        # analysis) does not depend on the order in which nodes and metrics first appeared
+        for k in sorted(range(len(st.nodes)), key=st.nodes.__getitem__):
             n = int(st.count[k])
             if n == 0:
                 continue
@@ -647,7 +657,8 @@ class ProjectionPursuit(Operator):
             h = int(np.clip(np.ceil(self.target_rows_per_dim * max(n_eff, 1) / len(live)), 1, self.h_max))
         x = snapshots(h)
         info["snapshots"] = h
-        return x, st.metrics, info
+        order = sorted(range(len(st.metrics)), key=st.metrics.__getitem__)
+        return x[:, order], [st.metrics[j] for j in order], info
 
     def _analyse(self, job: str, st: _JobState, period: int) -> dict[str, Any]:
         start, end = period * self.period, (period + 1) * self.period
@@ -761,6 +772,7 @@ class ProjectionPursuit(Operator):
                     "metrics": st.metrics,
                     "nodes": st.nodes,
                     "period": st.period,
+                    "first_period": st.first_period,
                     "late": st.late,
                     "version": st.version,
                     "selected": st.selected,
@@ -783,6 +795,7 @@ class ProjectionPursuit(Operator):
             st.nodes = list(j["nodes"])
             st.node_ix = {n: k for k, n in enumerate(st.nodes)}
             st.period, st.late, st.version = j["period"], j["late"], j["version"]
+            st.first_period = j.get("first_period")
             st.selected, st.scores, st.index = list(j["selected"]), dict(j["scores"]), j["index"]
             st.weight_names = list(j["weight_names"])
             st.ring, st.count, st.last_ts, st.ring_ts = (

@@ -200,7 +200,8 @@ class Reduce(Operator):
         for from_period, k, v in st.history:  # the selection in force in this period
             if from_period <= period:
                 kept, version = k, v
-        st.history = [h for h in st.history if h[0] > period - 2] or st.history[-1:]  # bounded
+        in_force = [h for h in st.history if h[0] <= period][-1:]  # bounded: the one in force and later ones
+        st.history = in_force + [h for h in st.history if h[0] > period]
         full = kept is None or (self.full_every > 0 and period % self.full_every == 0)
         present = ~np.isnan(rows.values)
         st.samples += len(rows)

@@ -224,10 +224,13 @@ def _to_float_matrix(
     """float64 matrix of one metric-name group; rows with non-numbers are reported in ``bad``."""
     if not names:
         return np.empty((len(vals), 0))
-    arr = np.array(vals)
+    try:
+        arr = np.array(vals)
+    except (ValueError, TypeError):  # nested lists or mixed shapes: the per-value check names them
+        arr = np.empty(0, dtype=object)
     if arr.dtype.kind == "f" and np.isfinite(arr).all():
         return arr
-    if arr.dtype.kind == "i":
+    if arr.dtype.kind == "i" and arr.ndim == 2:
         return arr.astype(np.float64)
     # Slow path (only for groups holding a null, a non-number or a non-finite value): check each
     # value. JSON booleans are refused; orjson gives int/float/None for numbers and null.

@@ -18,7 +18,7 @@ from perfsift.producers import demo_trace_path, number_samples
 from perfsift.producers.traces import iter_samples
 from perfsift.schemas import RecordError
 from perfsift.streams.broker import BrokerError, EmbeddedBroker, bootstrap_or_embedded
-from perfsift.streams.clean_cli import clean_command, kb_app, quality_command
+from perfsift.streams.clean_cli import analyze_command, clean_command, kb_app, quality_command
 from perfsift.streams.config import (
     ConfigError,
     PipelineConfig,
@@ -31,6 +31,7 @@ from perfsift.streams.http import HealthServer
 from perfsift.streams.producer_cli import replay_command, sample_command, synth_command
 from perfsift.streams.publish import publish_samples
 from perfsift.streams.pursuit_tool import pursuit as pursuit_command
+from perfsift.streams.replay import replay
 from perfsift.streams.runner import StageError, StageRunner, consumer_settings, run_in_thread
 from perfsift.streams.tools import contract_app
 from perfsift.streams.tools import forecast as forecast_command
@@ -205,6 +206,9 @@ def worker(
     http_port: Annotated[
         int, typer.Option(envvar="PERFSIFT_HTTP_PORT", help="Port of /healthz, /readyz and /metrics (0 = off).")
     ] = 8080,
+    idle_exit: Annotated[
+        float | None, typer.Option("--idle-exit", help="Drain and exit after this many seconds without input.")
+    ] = None,
 ) -> None:
     """Run one stage of the pipeline until SIGTERM/Ctrl-C (drains, commits, exits 0)."""
     cfg = _pipeline(config, settings)
@@ -227,7 +231,7 @@ def worker(
         console.print(f"health and metrics on :{health.port} (/healthz /readyz /metrics)")
     with _stop_on_signals(runner.stop_event):
         try:
-            stats = runner.run()
+            stats = runner.run(idle_exit)
         except StageError as exc:
             raise fail(str(exc), 1) from None
         finally:
@@ -314,6 +318,10 @@ def run(
     ] = None,
     timeout: Annotated[float, typer.Option(help="Give up waiting for the pipeline after this many seconds.")] = 300.0,
     summary_json: Annotated[Path | None, typer.Option("--summary-json", help="Also write the summary here.")] = None,
+    speed: Annotated[
+        float | None,
+        typer.Option(help="Replay at this many trace seconds per second (default: as fast as possible)."),
+    ] = None,
     settings: SetOpt = None,
 ) -> None:
     """Run the whole pipeline and replay a trace through it, then print a summary.
@@ -334,12 +342,22 @@ def run(
             create_pipeline_topics(cfg, props)
             runners = [StageRunner(st, cfg, props, embedded=embedded is not None) for st in cfg.stages.values()]
             threads = [run_in_thread(r, on_error=failures.append) for r in runners]
+            # Start replaying once every stage owns its partitions: otherwise the first stages would
+            # meet a backlog and later ones see nodes in bursts, partition by partition.
+            with console.status("waiting for the stages to join their consumer groups"):
+                deadline = time.monotonic() + 60
+                while not all(r.assigned() for r in runners) and time.monotonic() < deadline and not failures:
+                    time.sleep(0.1)
             t0 = time.monotonic()
             errors: list[RecordError] = []
-            samples = number_samples(iter_samples(trace_path, on_error=errors.append))
-            published = publish_samples(
-                props, cfg.topic("perf.raw"), samples, console=console, label=f"replaying {trace_path.name}"
-            )
+            if speed:  # paced: event time advances evenly over the nodes, as from live producers
+                rstats = replay(props, cfg.topic("perf.raw"), trace_path, speed=speed, console=console, stop=stop)
+                published, errors = rstats.published, rstats.errors
+            else:
+                samples = number_samples(iter_samples(trace_path, on_error=errors.append))
+                published = publish_samples(
+                    props, cfg.topic("perf.raw"), samples, console=console, label=f"replaying {trace_path.name}"
+                )
             expected = _expected_inputs(cfg, runners, published)
             with Live(
                 _stats_table(runners, published, 0.0), console=console, refresh_per_second=4, transient=True
@@ -399,6 +417,7 @@ app.command("replay")(replay_command)
 app.command("sample")(sample_command)
 app.command("synth")(synth_command)
 app.command("clean")(clean_command)
+app.command("analyze")(analyze_command)
 app.command("quality")(quality_command)
 app.add_typer(kb_app, name="kb")
 

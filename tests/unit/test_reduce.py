@@ -45,6 +45,7 @@ def test_every_sample_comes_out_with_the_previous_periods_selection() -> None:
     assert planted > 0.6, kept
     periods = {int(r["ts"] // 30) for r in rows if r["full"] and r["selection_version"] >= 0}
     assert periods and all(p % 5 == 0 for p in periods)  # absolute period numbers: every 5th
+    assert sum(r["full"] for r in rows) < 0.3 * len(rows)  # every 5th period and the first ones only
     assert [c["version"] for c in controls] == list(range(len(controls)))
     assert controls and all(c["full_every"] >= 5 and len(c["keep"]) == 3 for c in controls)
     summary = op.summary()["sweep3d"]
