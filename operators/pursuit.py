@@ -436,7 +436,7 @@ class ProjectionPursuit(Operator):
         dims: int = 3,
         rounds: int = 1,
         min_nodes: int = 2,
-        slack: int = 512,
+        slack: int = 128,
         seed: int = 0,
     ) -> None:
         self.period = period

@@ -8,12 +8,14 @@ import signal
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
 import orjson
 import typer
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 from perfsift.producers import demo_trace_path, number_samples
 from perfsift.producers.traces import iter_samples
 from perfsift.schemas import RecordError
@@ -32,6 +34,7 @@ from perfsift.streams.producer_cli import replay_command, sample_command, synth_
 from perfsift.streams.publish import publish_samples
 from perfsift.streams.pursuit_tool import pursuit as pursuit_command
 from perfsift.streams.replay import replay
+from perfsift.streams.report import report_command
 from perfsift.streams.runner import StageError, StageRunner, consumer_settings, run_in_thread
 from perfsift.streams.tools import contract_app
 from perfsift.streams.tools import forecast as forecast_command
@@ -318,6 +321,10 @@ def run(
     ] = None,
     timeout: Annotated[float, typer.Option(help="Give up waiting for the pipeline after this many seconds.")] = 300.0,
     summary_json: Annotated[Path | None, typer.Option("--summary-json", help="Also write the summary here.")] = None,
+    report: Annotated[
+        Path | None,
+        typer.Option("--report", help="Folder for the outputs (selection, reduced, ...) and an HTML report."),
+    ] = None,
     speed: Annotated[
         float | None,
         typer.Option(help="Replay at this many trace seconds per second (default: as fast as possible)."),
@@ -391,8 +398,61 @@ def run(
             )
             if summary_json:
                 summary_json.write_bytes(orjson.dumps(summary, option=orjson.OPT_INDENT_2))
+            if report is not None:
+                page = _write_report(props, cfg, runners, report)
+                out.print(f"report: {page}")
     except BrokerError as exc:
         raise fail(str(exc), 1) from None
+
+
+def read_topic_to_end(props: dict[str, str], topic: str, timeout: float = 60.0) -> list[bytes]:
+    """Every record value of a topic, read without a consumer group (all partitions assigned from
+    the beginning until each reports its end), so it takes no group join."""
+    c = Consumer(consumer_settings(props, f"perfsift-reader-{uuid.uuid4().hex[:8]}") | {"enable.partition.eof": True})
+    try:
+        meta = c.list_topics(topic, timeout=10)
+        parts = list(meta.topics[topic].partitions) if topic in meta.topics else []
+        c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts])
+        done: set[int] = set()
+        values: list[bytes] = []
+        deadline = time.monotonic() + timeout
+        while len(done) < len(parts) and time.monotonic() < deadline:
+            for m in c.consume(5000, 0.2):
+                err = m.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        done.add(m.partition())  # type: ignore[arg-type]
+                    continue
+                v = m.value()
+                if v is not None:
+                    values.append(v)
+        return values
+    finally:
+        c.close()
+
+
+def _write_report(props: dict[str, str], cfg: PipelineConfig, runners: list[StageRunner], folder: Path) -> Path:
+    """The run's outputs read back from their topics into ``folder`` (the layout of perfsift analyze),
+    a summary, and the HTML report."""
+    from perfsift.streams.analyze import FILES
+    from perfsift.streams.report import build_report
+
+    folder.mkdir(parents=True, exist_ok=True)
+    produced = {o for r in runners for o in r.stage.outputs}
+    with console.status("collecting the outputs for the report"):
+        for topic, name in FILES.items():
+            if topic not in produced:
+                continue
+            values = read_topic_to_end(props, cfg.topic(topic))
+            seen = dict.fromkeys(values)  # at-least-once duplicates are identical: keep one of each
+            (folder / name).write_bytes(b"".join(v + b"\n" for v in seen))
+    stages = {r.stage.name: r.stats.as_dict() for r in runners}
+    summary = {"stages": stages}
+    smoothed = sum(s["bytes_in"] for n, s in stages.items() if cfg.stage(n).input == "perf.smoothed.byjob")
+    reduced = sum(s["bytes_out"] for n, s in stages.items() if "perf.reduced" in cfg.stage(n).outputs)
+    summary["reduction_ratio"] = reduced / smoothed if smoothed else None  # type: ignore[assignment]
+    (folder / "summary.json").write_bytes(orjson.dumps(summary, option=orjson.OPT_INDENT_2))
+    return build_report(folder)
 
 
 def _expected_inputs(cfg: PipelineConfig, runners: list[StageRunner], published: int) -> Any:
@@ -418,6 +478,7 @@ app.command("sample")(sample_command)
 app.command("synth")(synth_command)
 app.command("clean")(clean_command)
 app.command("analyze")(analyze_command)
+app.command("report")(report_command)
 app.command("quality")(quality_command)
 app.add_typer(kb_app, name="kb")
 

@@ -425,9 +425,8 @@ class StageRunner:
     def _commit(self) -> None:
         self._last_commit = time.monotonic()
         dirty = [(tp, p) for tp, p in self._parts.items() if p.dirty and p.next_offset is not None]
-        if not dirty:
-            return
-        assert self._producer is not None and self._consumer is not None
+        if not dirty or self._producer is None or self._consumer is None:
+            return  # nothing to commit, or the loop already failed and closed its clients
         offsets = [TopicPartition(t, p, part.next_offset) for (t, p), part in dirty]  # type: ignore[arg-type]
         if not self.exactly_once:
             self._flush_outputs()
