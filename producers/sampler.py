@@ -27,20 +27,6 @@ from typing import Any
 
 import psutil
 
-TABLE1 = (
-    "cpu_idle",
-    "cpu_user",
-    "cpu_kern",
-    "ctx_switches",
-    "interrupts",
-    "forks",
-    "disk_lread",
-    "disk_lwrite",
-    "disk_pread",
-    "disk_pwrite",
-    "pkts_in",
-    "pkts_out",
-)
 EXTRA = ("mem_free", "page_in", "page_out", "swap_in", "swap_out")
 
 

@@ -17,8 +17,7 @@ from perfsift.operators.quality import diff, dtw
 from perfsift.producers.traces import iter_samples
 from perfsift.schemas import RecordError, encode_batch, samples_to_batch
 from perfsift.streams.config import ConfigError, load_pipeline
-from perfsift.streams.ui import console, fail, out
-from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from perfsift.streams.ui import console, counting_progress, fail, out
 from rich.table import Table
 
 
@@ -82,8 +81,7 @@ def clean_command(
     seen: Counter[str] = Counter()
     n = 0
     samples = iter_samples(trace, on_error=errors.append)
-    progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), TextColumn("{task.completed:,} samples"),
-                        TimeElapsedColumn(), console=console, transient=True)  # fmt: skip
+    progress = counting_progress()
     try:
         with out_file.open("wb") as fh, progress:
             task = progress.add_task(f"cleaning {trace.name}", total=None)
@@ -237,8 +235,7 @@ def analyze_command(
         cfg = with_options(load_pipeline(config), perf_metric, contract)
     except ConfigError as exc:
         raise fail(str(exc)) from None
-    progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), TextColumn("{task.completed:,} samples"),
-                        TimeElapsedColumn(), console=console, transient=True)  # fmt: skip
+    progress = counting_progress()
     try:
         with progress:
             task = progress.add_task(f"analysing {trace.name}", total=None)

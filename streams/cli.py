@@ -40,7 +40,7 @@ from perfsift.streams.tools import contract_app
 from perfsift.streams.tools import forecast as forecast_command
 from perfsift.streams.tools import select_metrics as select_metrics_command
 from perfsift.streams.topics import create_pipeline_topics, pipeline_topics
-from perfsift.streams.ui import console, fail, out
+from perfsift.streams.ui import BootstrapOpt, ConfigOpt, PropsOpt, console, fail, out
 from rich.live import Live
 from rich.table import Table
 
@@ -53,23 +53,6 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-BootstrapOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--bootstrap",
-        "-b",
-        envvar="PERFSIFT_BOOTSTRAP",
-        help="Kafka bootstrap servers (host:port,...). Without it, an embedded broker is started.",
-    ),
-]
-PropsOpt = Annotated[
-    list[str] | None,
-    typer.Option("--kafka-prop", "-X", help="librdkafka property key=value (repeatable), e.g. for SASL/TLS."),
-]
-ConfigOpt = Annotated[
-    Path | None,
-    typer.Option("--config", "-c", envvar="PERFSIFT_CONFIG", help="Pipeline YAML (default: the packaged one)."),
-]
 SetOpt = Annotated[
     list[str] | None,
     typer.Option("--set", help="Override a pipeline setting, e.g. --set partitions=12 (beats YAML and PERFSIFT_*)."),

@@ -20,19 +20,7 @@ from perfsift.streams.config import PipelineConfig, kafka_properties, load_pipel
 from perfsift.streams.publish import PublishError, SamplePublisher
 from perfsift.streams.replay import AdaptiveControl, replay
 from perfsift.streams.topics import create_pipeline_topics
-from perfsift.streams.ui import console, fail, out
-
-BootstrapOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--bootstrap",
-        "-b",
-        envvar="PERFSIFT_BOOTSTRAP",
-        help="Kafka bootstrap servers. Without it an embedded broker is started (and gone at exit).",
-    ),
-]
-PropsOpt = Annotated[list[str] | None, typer.Option("--kafka-prop", "-X", help="librdkafka property key=value.")]
-ConfigOpt = Annotated[Path | None, typer.Option("--config", "-c", envvar="PERFSIFT_CONFIG", help="Pipeline YAML.")]
+from perfsift.streams.ui import BootstrapOpt, ConfigOpt, PropsOpt, console, fail, out
 
 
 def parse_duration(text: str) -> float:

@@ -63,7 +63,7 @@ def test_container_command_line_becomes_ready_processes_and_stops_on_sigterm(kaf
         assert status == 200
         assert get(f"http://127.0.0.1:{port}/healthz")[0] == 200
         samples = [{"ts": 1.0 + i, "node": f"n{i % 3}", "seq": i // 3, "metrics": {"x": float(i)}} for i in range(90)]
-        publish_samples(kafka, cfg.topic("perf.raw"), samples)
+        publish_samples(kafka, cfg.topic("perf.clean"), samples)  # the smooth stage reads perf.clean
         out = read_topic(kafka, cfg.topic("perf.smoothed"), lambda r: len(r) >= 90)
         assert len(out) == 90
         code, metrics = get(f"http://127.0.0.1:{port}/metrics")

@@ -22,7 +22,7 @@ def test_clean_quality_and_the_knowledge_base(tmp_path: Path) -> None:
     for name, s in (("faulty", faulty), ("ref", ref), ("rep", rep)):
         write_samples(s, paths[name])
     cleaned = tmp_path / "clean.jsonl"
-    r = perfsift("clean", str(paths["faulty"]), "--out", str(cleaned))
+    r = perfsift("clean", str(paths["faulty"]), "--out", str(cleaned), "--action", "replace")
     assert r.returncode == 0, r.stderr[-2000:]
     assert "nsigma" in r.stdout and "knn_impute" in r.stdout
     records = [json.loads(line) for line in cleaned.read_text().splitlines()]
