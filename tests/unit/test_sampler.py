@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from perfsift.producers.sampler import TABLE1, counters, rates, scale_multiplexed
+from perfsift.producers.sampler import counters, rates, scale_multiplexed
+from perfsift.producers.synth import TABLE1
 
 
 def test_multiplexed_counts_are_scaled_to_the_whole_interval() -> None:
