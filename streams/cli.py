@@ -273,7 +273,7 @@ def tail(
 
 
 def _stats_table(runners: list[StageRunner], published: int, elapsed: float) -> Table:
-    t = Table(title=f"perfsift run - {published} samples published, {elapsed:.1f} s")
+    t = Table(title=f"perfsift run - {published} samples published, {elapsed:.1f} s", caption=_selections(runners))
     for col in ("stage", "in", "out", "dead", "MB in", "MB out", "rec/s"):
         t.add_column(col, justify="right" if col != "stage" else "left")
     for r in runners:
@@ -289,6 +289,17 @@ def _stats_table(runners: list[StageRunner], published: int, elapsed: float) -> 
             f"{rate:,.0f}",
         )
     return t
+
+
+def _selections(runners: list[StageRunner]) -> str | None:
+    """One line per job: the metrics the reduced stream keeps now and the share of values sent."""
+    lines = []
+    for r in runners:
+        for job, j in sorted(r.job_summaries().items()):
+            kept = ", ".join(j["kept"]) if j["kept"] else "everything (no selection yet)"
+            share = j["values_out"] / j["values_in"] if j["values_in"] else 0.0
+            lines.append(f"{job}: keeps {kept} (selection v{j['selection_version']}); {share:.0%} of the values sent")
+    return "\n".join(lines[:10]) or None
 
 
 @app.command()
@@ -360,6 +371,8 @@ def run(
                         raise fail(f"the pipeline did not process every record within {timeout:.0f} s", 1)
                     time.sleep(0.1)
                 elapsed = time.monotonic() - t0
+                jobs = {job: j for r in runners for job, j in r.job_summaries().items()}  # before the chains go
+                caption = _selections(runners)
                 for r in runners:
                     r.stop()
                 for th in threads:
@@ -372,8 +385,11 @@ def run(
                 "elapsed_s": round(elapsed, 3),
                 "guarantee": runners[0].guarantee if runners else None,
                 "stages": [r.stats.as_dict() for r in runners],
+                "jobs": jobs,
             }
-            out.print(_stats_table(runners, published, elapsed))
+            final = _stats_table(runners, published, elapsed)
+            final.caption = caption
+            out.print(final)
             processed = all(r.stats.records_in == expected(r) for r in runners)
             out.print(
                 f"{'every' if processed else 'NOT every'} sample processed: {published:,} published, "

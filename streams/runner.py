@@ -210,6 +210,18 @@ class StageRunner:
         """Input partitions this instance owns now."""
         return list(self._parts)
 
+    def job_summaries(self) -> dict[str, dict[str, Any]]:
+        """Per job, what the operators that report one (``summary()``, e.g. reduce) say now: kept
+        metrics, selection version, values in and out. Read from the processing thread's state
+        without locking: a live view, not an exact snapshot."""
+        out: dict[str, dict[str, Any]] = {}
+        for part in list(self._parts.values()):
+            for op in part.chain:
+                summary = getattr(op, "summary", None)
+                if callable(summary):
+                    out.update(summary())
+        return out
+
     # -- life cycle --------------------------------------------------------------------------------
     def stop(self) -> None:
         """Ask the loop to drain, commit and exit (safe from a signal handler or another thread)."""

@@ -28,6 +28,9 @@ def test_run_on_the_embedded_default_processes_every_demo_sample(tmp_path: Path)
     # about 20 selection records (600 s in 30 s periods) and their control records
     assert select["records_in"] == 9600 and select["dead_letters"] == 0
     assert 9600 - 16 * 31 <= select["records_out"] <= 9600 + 60
+    demo = s["jobs"]["demo"]  # the selection in force at the end, and what the reduced stream carried
+    assert len(demo["kept"]) == 3 and 0.2 < demo["reduction_ratio"] < 0.8
+    assert "demo: keeps" in r.stdout
 
 
 def test_run_replays_a_given_trace_and_counts_bad_lines(tmp_path: Path) -> None:
