@@ -29,7 +29,13 @@ from perfsift.producers.synth import spmd
 from perfsift.streams.analyze import analyze
 from perfsift.streams.broker import EmbeddedBroker
 from perfsift.streams.config import load_pipeline, with_overrides
-from perfsift.streams.runner import StageRunner, consumer_settings, producer_settings, run_in_thread
+from perfsift.streams.runner import (
+    StageRunner,
+    consumer_settings,
+    producer_settings,
+    run_in_thread,
+    wait_assigned,
+)
 from perfsift.streams.topics import create_pipeline_topics
 
 from bench.common import write_result
@@ -38,9 +44,7 @@ from bench.common import write_result
 def start(cfg, props: dict) -> tuple[list[StageRunner], list[threading.Thread]]:  # type: ignore[no-untyped-def]
     runners = [StageRunner(st, cfg, props, embedded=True) for st in cfg.stages.values()]
     threads = [run_in_thread(r) for r in runners]
-    deadline = time.monotonic() + 60
-    while not all(r.assigned() for r in runners) and time.monotonic() < deadline:
-        time.sleep(0.1)
+    wait_assigned(runners)
     return runners, threads
 
 

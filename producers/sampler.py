@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+from perfsift.producers.synth import TABLE1
 
 EXTRA = ("mem_free", "page_in", "page_out", "swap_in", "swap_out")
 
@@ -94,21 +95,8 @@ def counters() -> dict[str, float]:
     return c
 
 
-RATES = (
-    "ctx_switches",
-    "interrupts",
-    "forks",
-    "disk_lread",
-    "disk_lwrite",
-    "disk_pread",
-    "disk_pwrite",
-    "pkts_in",
-    "pkts_out",
-    "page_in",
-    "page_out",
-    "swap_in",
-    "swap_out",
-)
+#: counters turned into per-second rates: Table 1 after its three CPU shares, and paging
+RATES = (*TABLE1[3:], "page_in", "page_out", "swap_in", "swap_out")
 
 
 def rates(prev: dict[str, float], cur: dict[str, float], seconds: float) -> dict[str, float | None]:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -21,9 +20,9 @@ import orjson
 from perfsift.operators import Batch, Operator
 from perfsift.producers import number_samples
 from perfsift.producers.traces import TraceWriter, iter_samples
-from perfsift.schemas import RecordError, decode_samples, encode_batch, encode_records
-from perfsift.streams.config import EMITTERS, PipelineConfig, StageConfig
-from perfsift.streams.topics import TOPICS
+from perfsift.schemas import RecordError, batch_to_samples, decode_samples
+from perfsift.streams.config import PipelineConfig, StageConfig
+from perfsift.streams.runner import encode_outputs
 
 #: topic -> output file name (topics not listed are not written)
 FILES = {
@@ -145,31 +144,15 @@ class Analysis:
                 self.flags.write(orjson.dumps(rec) + b"\n")
 
     def _encode(self, st: StageConfig, out: Any) -> dict[str, list[bytes]]:
-        enc = self.cfg.encoding
-        if st.emit == "routed":
-            result: dict[str, list[bytes]] = {}
-            for topic, payload in out.items():
-                schema = TOPICS[topic].schema
-                parts = payload if isinstance(payload, list) else [payload]
-                encoded: list[bytes] = []
-                for p in parts:
-                    if isinstance(p, Batch):
-                        encoded += encode_batch(p, enc, schema)
-                        if self.sddf is not None and topic == "perf.reduced":
-                            for s in _samples_of(p):
-                                self.sddf.write(s)
-                records = [p for p in parts if isinstance(p, dict)]
-                encoded += encode_records(records, enc, schema)
-                result[topic] = encoded
-            return result
-        schema, to_records, _ = EMITTERS[st.emit]
-        if to_records is None:
-            encoded = encode_batch(out, enc, schema) if isinstance(out, Batch) else []
-        else:
-            if isinstance(out, dict):  # a flush that returned routed records to a non-routed stage
-                return {}
-            encoded = encode_records(to_records(out), enc, schema) if out is not None else []
-        return {topic: encoded for topic in st.outputs}
+        """The records the stage would publish, per topic (the runner's own encoding)."""
+        if st.emit != "routed" and isinstance(out, dict):  # a flush that returned routed records
+            return {}
+        if self.sddf is not None and isinstance(out, dict):
+            for part in out.get("perf.reduced", []):
+                if isinstance(part, Batch):
+                    for s in batch_to_samples(part):
+                        self.sddf.write(s)
+        return {topic: encoded for topic, (encoded, _) in encode_outputs(st, out, self.cfg.encoding).items()}
 
     def _write(self, topic: str, encoded: list[bytes]) -> None:
         self.topic_counts[topic] = self.topic_counts.get(topic, 0) + len(encoded)
@@ -215,13 +198,6 @@ class Analysis:
             "jobs": per_job,
             "rejected": len(self.errors),
         }
-
-
-def _samples_of(batch: Batch) -> Iterator[dict[str, Any]]:
-    from perfsift.schemas import batch_to_samples
-
-    for s in batch_to_samples(batch):
-        yield {"ts": s["ts"], "node": s["node"], "job": s["job"], "seq": s["seq"], "metrics": s["metrics"]}
 
 
 def analyze(

@@ -15,7 +15,7 @@ from typing import Annotated, Any
 
 import orjson
 import typer
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+from confluent_kafka import Consumer, KafkaError
 from perfsift.producers import demo_trace_path, number_samples
 from perfsift.producers.traces import iter_samples
 from perfsift.schemas import RecordError
@@ -35,11 +35,11 @@ from perfsift.streams.publish import publish_samples
 from perfsift.streams.pursuit_tool import pursuit as pursuit_command
 from perfsift.streams.replay import replay
 from perfsift.streams.report import report_command
-from perfsift.streams.runner import StageError, StageRunner, consumer_settings, run_in_thread
+from perfsift.streams.runner import StageError, StageRunner, consumer_settings, run_in_thread, wait_assigned
 from perfsift.streams.tools import contract_app
 from perfsift.streams.tools import forecast as forecast_command
 from perfsift.streams.tools import select_metrics as select_metrics_command
-from perfsift.streams.topics import create_pipeline_topics, pipeline_topics
+from perfsift.streams.topics import assign_from_start, create_pipeline_topics, pipeline_topics
 from perfsift.streams.ui import BootstrapOpt, ConfigOpt, PropsOpt, console, fail, out
 from rich.live import Live
 from rich.table import Table
@@ -346,9 +346,7 @@ def run(
             # Start replaying once every stage owns its partitions: otherwise the first stages would
             # meet a backlog and later ones see nodes in bursts, partition by partition.
             with console.status("waiting for the stages to join their consumer groups"):
-                deadline = time.monotonic() + 60
-                while not all(r.assigned() for r in runners) and time.monotonic() < deadline and not failures:
-                    time.sleep(0.1)
+                wait_assigned(runners, abort=lambda: bool(failures))
             t0 = time.monotonic()
             errors: list[RecordError] = []
             if speed:  # paced: event time advances evenly over the nodes, as from live producers
@@ -409,9 +407,7 @@ def read_topic_to_end(props: dict[str, str], topic: str, timeout: float = 60.0) 
     the beginning until each reports its end), so it takes no group join."""
     c = Consumer(consumer_settings(props, f"perfsift-reader-{uuid.uuid4().hex[:8]}") | {"enable.partition.eof": True})
     try:
-        meta = c.list_topics(topic, timeout=10)
-        parts = list(meta.topics[topic].partitions) if topic in meta.topics else []
-        c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts])
+        parts = assign_from_start(c, topic)
         done: set[int] = set()
         values: list[bytes] = []
         deadline = time.monotonic() + timeout

@@ -17,11 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError
 from perfsift.producers.traces import SddfMapping, iter_samples
 from perfsift.schemas import RecordError
 from perfsift.streams.publish import PublishStats, SamplePublisher
 from perfsift.streams.runner import consumer_settings
+from perfsift.streams.topics import assign_from_start
 from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
@@ -48,15 +49,10 @@ class AdaptiveControl:
         self.thread.start()
 
     def _run(self) -> None:
-        try:
-            meta = self.consumer.list_topics(self.topic, timeout=10)
-            parts = list(meta.topics[self.topic].partitions) if self.topic in meta.topics else []
-        except KafkaException:
-            parts = []
+        parts = assign_from_start(self.consumer, self.topic)
         if not parts:
             self.ready.set()  # no control topic: nothing to follow
             return
-        self.consumer.assign([TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in parts])
         at_end: set[int] = set()
         while not self.stop_event.is_set():
             for m in self.consumer.consume(100, 0.2):

@@ -198,7 +198,6 @@ class StageRunner:
         self._delivery_errors: list[str] = []
         self._last_commit = time.monotonic()
         self._in_topic = pipeline.topic(stage.input)
-        self._out_topics = [pipeline.topic(t) for t in stage.outputs]
         self._dlq_topic = pipeline.topic(DEADLETTER_TOPIC)
         self._state_topic = pipeline.topic(STATE_TOPIC)
         self._fingerprint = "|".join(op.fingerprint() for op in stage.build_chain())
@@ -361,68 +360,21 @@ class StageRunner:
         part.dirty = True
 
     def _emit(self, out: Batch | list[dict[str, Any]] | dict[str, Any]) -> None:
-        if self.stage.emit == "routed":
-            assert isinstance(out, dict), f"stage {self.stage.name}: emit routed needs a dict topic -> records"
-            self._emit_routed(out)
-            return
-        assert not isinstance(out, dict)
-        schema, to_records, key_field = EMITTERS[self.stage.emit]
-        by_topic: dict[str, list[bytes]] = {}
-        if to_records is None:
-            assert isinstance(out, Batch), f"stage {self.stage.name}: emit samples needs a batch"
-            encoded = encode_batch(out, self.pipeline.encoding)
-            node_keys = [n.encode() for n in out.nodes]
-            job_keys = [j.encode() for j in out.jobs]
-            keys = [node_keys[i] for i in out.node_idx.tolist()]
-            for topic, spec in zip(self._out_topics, self.stage.outputs, strict=True):
-                if TOPICS.get(spec) is not None and TOPICS[spec].key == "job":  # e.g. perf.smoothed.byjob
-                    by_topic[topic] = [job_keys[i] for i in out.job_idx.tolist()]
-        else:
-            records = to_records(out)
-            encoded = encode_records(records, self.pipeline.encoding, schema)
-            keys = [str(r[key_field]).encode() for r in records]
+        outputs = encode_outputs(self.stage, out, self.pipeline.encoding)
         self._ensure_transaction()
         assert self._producer is not None
         produce = self._producer.produce  # the hot loop: one C call per record, no Python wrapper
-        for topic in self._out_topics:
-            for value, key in zip(encoded, by_topic.get(topic, keys), strict=True):
+        for name, (encoded, keys) in outputs.items():
+            topic = self.pipeline.topic(name)
+            for value, key in zip(encoded, keys, strict=True):
                 try:
                     produce(topic, value, key)
                 except BufferError:  # local queue full: the slow path waits and retries
                     self._produce(topic, value, key)
-        self.stats.records_out += len(encoded)
-        self.stats.bytes_out += sum(map(len, encoded)) * len(self._out_topics)
-
-    def _emit_routed(self, out: dict[str, Any]) -> None:
-        """Outputs for several topics (the reduce operator): each encoded with its topic's schema
-        and keyed by its topic's key (TOPICS)."""
-        self._ensure_transaction()
-        assert self._producer is not None
-        for name, payload in out.items():
-            if name not in self.stage.outputs:
-                raise StageError(f"stage {self.stage.name}: an operator routed records to {name!r}, not in its outputs")
-            spec = TOPICS[name]
-            topic = self.pipeline.topic(name)
-            parts = payload if isinstance(payload, list) else [payload]
-            encoded: list[bytes] = []
-            keys: list[bytes] = []
-            records = [p for p in parts if isinstance(p, dict)]
-            for b in (p for p in parts if isinstance(p, Batch)):
-                encoded += encode_batch(b, self.pipeline.encoding, spec.schema)
-                if spec.key == "node":
-                    keys += [b.nodes[i].encode() for i in b.node_idx.tolist()]
-                else:
-                    keys += [b.jobs[i].encode() for i in b.job_idx.tolist()]
-            if records:
-                encoded += encode_records(records, self.pipeline.encoding, spec.schema)
-                keys += [str(r[spec.key]).encode() for r in records]
-            for value, key in zip(encoded, keys, strict=True):
-                try:
-                    self._producer.produce(topic, value, key)
-                except BufferError:
-                    self._produce(topic, value, key)
-            self.stats.records_out += len(encoded)
             self.stats.bytes_out += sum(map(len, encoded))
+        counts = [len(encoded) for encoded, _ in outputs.values()]
+        # a routed stage sends different records to each topic; the others send the same ones to all
+        self.stats.records_out += sum(counts) if self.stage.emit == "routed" else max(counts, default=0)
 
     def _dead_letter(self, msg: Message, reason: str) -> None:
         self.stats.dead_letters += 1
@@ -594,12 +546,70 @@ class StageRunner:
         return found
 
 
+def _batch_keys(batch: Batch, kind: str) -> list[bytes]:
+    """Message key of every row: its job (``kind == "job"``) or its node."""
+    names, idx = (batch.jobs, batch.job_idx) if kind == "job" else (batch.nodes, batch.node_idx)
+    encoded = [n.encode() for n in names]
+    return [encoded[i] for i in idx.tolist()]
+
+
+def encode_outputs(
+    stage: StageConfig, out: Batch | list[dict[str, Any]] | dict[str, Any], encoding: str
+) -> dict[str, tuple[list[bytes], list[bytes]]]:
+    """A chain's output as (encoded records, message keys) per output topic (logical names).
+
+    ``emit: samples`` encodes the batch once and keys it per topic by the topic's key (node, or job
+    for ``perf.smoothed.byjob``); record emitters key by their field; ``emit: routed`` takes a dict
+    topic -> batches and/or records, each encoded with its topic's schema and key (TOPICS)."""
+    if stage.emit == "routed":
+        if not isinstance(out, dict):
+            raise StageError(f"stage {stage.name}: emit routed needs a dict topic -> records")
+        result: dict[str, tuple[list[bytes], list[bytes]]] = {}
+        for name, payload in out.items():
+            if name not in stage.outputs:
+                raise StageError(f"stage {stage.name}: an operator routed records to {name!r}, not in its outputs")
+            spec = TOPICS[name]
+            parts = payload if isinstance(payload, list) else [payload]
+            encoded: list[bytes] = []
+            keys: list[bytes] = []
+            for b in (p for p in parts if isinstance(p, Batch)):
+                encoded += encode_batch(b, encoding, spec.schema)
+                keys += _batch_keys(b, spec.key)
+            records = [p for p in parts if isinstance(p, dict)]
+            if records:
+                encoded += encode_records(records, encoding, spec.schema)
+                keys += [str(r[spec.key]).encode() for r in records]
+            result[name] = (encoded, keys)
+        return result
+    schema, to_records, key_field = EMITTERS[stage.emit]
+    if to_records is None:
+        if not isinstance(out, Batch):
+            raise StageError(f"stage {stage.name}: emit samples needs a batch")
+        encoded = encode_batch(out, encoding)
+        return {t: (encoded, _batch_keys(out, TOPICS[t].key if t in TOPICS else "node")) for t in stage.outputs}
+    records = to_records(out)
+    encoded = encode_records(records, encoding, schema)
+    keys = [str(r[key_field]).encode() for r in records]
+    return {t: (encoded, keys) for t in stage.outputs}
+
+
 def _run_chain(chain: list[Operator], batch: Batch) -> Batch | list[dict[str, Any]] | dict[str, Any]:
     out: Batch | list[dict[str, Any]] | dict[str, Any] = batch
     for op in chain:
         assert isinstance(out, Batch), "only the last operator of a chain may emit records"
         out = op.update(out)
     return out
+
+
+def wait_assigned(runners: list[StageRunner], timeout: float = 60.0, abort: Callable[[], bool] | None = None) -> bool:
+    """Wait until every runner owns input partitions (its group join is done), at most ``timeout``
+    seconds, or until ``abort()``; True when all are assigned."""
+    deadline = time.monotonic() + timeout
+    while not all(r.assigned() for r in runners):
+        if time.monotonic() > deadline or (abort is not None and abort()):
+            return False
+        time.sleep(0.1)
+    return True
 
 
 def run_in_thread(

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from confluent_kafka import KafkaException
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from perfsift.streams.logs import kafka_logger
 
@@ -98,3 +98,17 @@ def create_pipeline_topics(cfg: PipelineConfig, props: dict[str, str]) -> list[s
     names, compacted = pipeline_topics(cfg)
     admin = AdminClient({**props, "logger": kafka_logger()})
     return ensure_topics(admin, names, cfg.partitions, cfg.replication, cfg.retention_ms, compacted)
+
+
+def assign_from_start(consumer: Consumer, topic: str) -> list[int]:
+    """Assign every partition of ``topic`` from its first offset, without a consumer group (so no
+    group join: readers that need everything so far stop at partition EOF). Returns the partitions;
+    [] when the topic does not exist or cannot be listed."""
+    try:
+        meta = consumer.list_topics(topic, timeout=10)
+    except KafkaException:
+        return []
+    parts = list(meta.topics[topic].partitions) if topic in meta.topics else []
+    if parts:
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts])
+    return parts
