@@ -28,8 +28,11 @@ def test_run_on_the_embedded_default_processes_every_demo_sample(tmp_path: Path)
     # about 20 selection records (600 s in 30 s periods) and their control records
     assert select["records_in"] == 9600 and select["dead_letters"] == 0
     assert 9600 - 16 * 31 <= select["records_out"] <= 9600 + 60
-    demo = s["jobs"]["demo"]  # the selection in force at the end, and what the reduced stream carried
-    assert len(demo["kept"]) == 3 and 0.2 < demo["reduction_ratio"] < 0.8
+    # the selection in force at the end, and what the reduced stream carried. At full replay speed
+    # partitions interleave differently from run to run, so how many periods passed whole before
+    # the first selection varies (measured 0.66-0.83 of the values); the kept set is always three.
+    demo = s["jobs"]["demo"]
+    assert len(demo["kept"]) == 3 and 0.2 < demo["reduction_ratio"] < 0.95
     assert "demo: keeps" in r.stdout
 
 
