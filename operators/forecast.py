@@ -47,6 +47,7 @@ HISTORY = 100  # values kept per series (MAX_DATA_ENTRIES)
 RING = 101  # cumulative-error ring length (>= largest window + 1)
 ADAPTIVE = ((10, 5, 21, 1), (30, 21, 51, 5))  # (init, min, max, step)
 _TRIM = 0.3
+_WIN = 165  # sorted-window cells per series in the compiled kernel (_nws_kernel.WIN_TOTAL)
 _GAINS = np.array(GAINS)
 _ADAPTIVE = np.array(ADAPTIVE, dtype=np.int64)
 _WINDOWS = np.array(WINDOWS, dtype=np.int64)
@@ -259,6 +260,11 @@ class ForecastBank(Operator):
         self.fin_n_ = full((n,), 0, np.int64)
         self.fin_mse_f_ = full((n,), np.nan)
         self.fin_mae_f_ = full((n,), np.nan)
+        # the compiled kernel's sorted window of each series' newest values: a cache rebuilt from
+        # hist_ whenever win_n_ (the count it reflects) is stale, so it is never part of the state
+        self.win_v_ = full((n, _WIN), np.nan)
+        self.win_s_ = full((n, _WIN), 0, np.int64)
+        self.win_n_ = full((n,), -1, np.int64)
 
     def _grow_series(self, n: int) -> None:
         cur = self.hist_.shape[0]
@@ -269,6 +275,7 @@ class ForecastBank(Operator):
         self._alloc(new)
         for name, arr in old.items():
             getattr(self, name + "_")[:cur] = arr
+        self.win_n_[:] = -1  # cheaper to rebuild than to copy
 
     def _series(self, keys: npt.NDArray[np.int64], cols: npt.NDArray[np.int64]) -> np.ndarray:
         """Series ids for (key, metric column) pairs, registering new ones."""
@@ -286,47 +293,65 @@ class ForecastBank(Operator):
         return sid
 
     # -- one step for many series -------------------------------------------------------------------
-    def _step(self, s: np.ndarray, x: np.ndarray) -> np.ndarray:
-        """Feed value x[i] to series s[i] (distinct series); return the primary behind each final forecast."""
-        if self.engine == "compiled":
-            from perfsift.operators import _nws_kernel
+    def _step_compiled(self, s: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, ...]:
+        """Feed x[i] to series s[i] (series may repeat; arrival order = item order); return per item
+        the primary behind the final forecast, the MSE and MAE forecasts and sigma."""
+        from perfsift.operators import _nws_kernel
 
-            primary = np.empty(len(s), dtype=np.int64)
-            _nws_kernel.step(
-                np.ascontiguousarray(s, dtype=np.int64),
-                np.ascontiguousarray(x, dtype=np.float64),
-                self.hist_,
-                self.pos_,
-                self.count_,
-                self.mean_,
-                self.exp_,
-                self.adapt_w_,
-                self.pending_,
-                self.cum_se_,
-                self.cum_ae_,
-                self.run_se_,
-                self.run_ae_,
-                self.ring_se_,
-                self.ring_ae_,
-                self.scores_,
-                self.sel_pending_,
-                self.sel_se_,
-                self.sel_ae_,
-                self.sel_choice_,
-                self.fin_se_,
-                self.fin_ae_,
-                self.fin_n_,
-                self.fin_mse_f_,
-                self.fin_mae_f_,
-                _GAINS,
-                _ADAPTIVE,
-                _WINDOWS,
-                self.mode == "flat",
-                int(self.sel_window),
-                bool(self.nws_compat),
-                primary,
-            )
-            return primary
+        order = np.argsort(s, kind="stable")
+        ss = np.ascontiguousarray(s[order], dtype=np.int64)
+        seg = np.flatnonzero(np.r_[True, ss[1:] != ss[:-1], True]).astype(np.int64)
+        k = len(s)
+        primary, mse, mae, sigma = np.empty(k, np.int64), np.empty(k), np.empty(k), np.empty(k)
+        _nws_kernel.step(
+            ss,
+            np.ascontiguousarray(x[order], dtype=np.float64),
+            seg,
+            self.hist_,
+            self.pos_,
+            self.count_,
+            self.mean_,
+            self.exp_,
+            self.adapt_w_,
+            self.pending_,
+            self.cum_se_,
+            self.cum_ae_,
+            self.run_se_,
+            self.run_ae_,
+            self.ring_se_,
+            self.ring_ae_,
+            self.scores_,
+            self.sel_pending_,
+            self.sel_se_,
+            self.sel_ae_,
+            self.sel_choice_,
+            self.fin_se_,
+            self.fin_ae_,
+            self.fin_n_,
+            self.fin_mse_f_,
+            self.fin_mae_f_,
+            self.win_v_,
+            self.win_s_,
+            self.win_n_,
+            _GAINS,
+            _ADAPTIVE,
+            _WINDOWS,
+            self.mode == "flat",
+            int(self.sel_window),
+            bool(self.nws_compat),
+            primary,
+            mse,
+            mae,
+            sigma,
+        )
+        out = [np.empty_like(a) for a in (primary, mse, mae, sigma)]
+        for o, a in zip(out, (primary, mse, mae, sigma), strict=True):
+            o[order] = a
+        return tuple(out)
+
+    def _step(self, s: np.ndarray, x: np.ndarray) -> np.ndarray:
+        """numpy reference: feed x[i] to series s[i] (distinct series); return the primary behind
+        each final forecast."""
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # medians of windows with no value yet
             return self._step_quietly(s, x)
@@ -472,7 +497,15 @@ class ForecastBank(Operator):
         sigma = np.full((k, n), np.nan)
         mae_f = np.full((k, n), np.nan)
         method = np.full((k, n), -1, dtype=np.int64)
-        if k:
+        if k and self.engine == "compiled":
+            cols = self.cols_.metric_columns(batch.metrics)
+            keys = self.cols_.row_keys(batch)
+            ri, ci = np.nonzero(~np.isnan(batch.values))  # row-major: arrival order per series
+            if len(ri):
+                sid = self._series(keys[ri], cols[ci])
+                prim, mse, mae, sig = self._step_compiled(sid, batch.values[ri, ci])
+                out[ri, ci], mae_f[ri, ci], sigma[ri, ci], method[ri, ci] = mse, mae, sig, prim
+        elif k:
             cols = self.cols_.metric_columns(batch.metrics)
             keys = self.cols_.row_keys(batch)
             order, _, _, rank = group_rows(keys)
@@ -506,6 +539,7 @@ class ForecastBank(Operator):
         self._grow_series(self.n_series_)
         for name in self._ARRAYS:
             getattr(self, name + "_")[: self.n_series_] = arrays[name]
+        self.win_n_[:] = -1
         self.series_of_ = arrays["series_of"].astype(np.int64).copy()
 
 
