@@ -7,8 +7,9 @@ faster on three counts:
 - each series keeps its newest values sorted, with their arrival indexes, in five windows (5, 22,
   31, 51, 56). A new value costs one binary search and one shift per window (the oldest leaves,
   the newest enters); fixed-window medians, sliding and trimmed means are then read off directly
-  (sliding means summed in ascending order: equal to the reference's to rounding), and the adaptive medians' candidates w ± step come from one pass over a window
-  that stops as soon as they are known (a value belongs to the newest s when its age is below s).
+  (sliding means summed in ascending order: equal to the reference's to rounding), and the
+  adaptive medians' candidates w ± step come from one pass over a window that stops as soon as
+  they are known (a value belongs to the newest s when its age is below s).
   The candidate w itself is the pending forecast;
 - the 16 selectors take their minima four at a time (MSE and MAE of two windows), so the compare
   chains overlap;

@@ -238,6 +238,57 @@ def check_contract(doc: Any, source: str = "<contract>") -> None:
         raise ContractError(str(exc)) from None
 
 
+class ViolationTracker:
+    """Per key: the EWMA (weight 1/2) of violation levels, and an ok/violated state raised after
+    ``k_persist`` consecutive smoothed levels >= ``theta_on`` and cleared below ``theta_off``
+    (§4.6). NaN levels leave a key's state alone and come out as ``unknown``."""
+
+    def __init__(self, theta_on: float, theta_off: float, k_persist: int) -> None:
+        self.theta_on, self.theta_off, self.k_persist = theta_on, theta_off, k_persist
+        self.ewma = np.full(0, np.nan)
+        self.run = np.zeros(0, dtype=np.int64)  # consecutive rows at or above theta_on
+        self.state = np.zeros(0, dtype=np.int64)  # 0 ok, 1 violated
+
+    def update(self, keys: np.ndarray, violation: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(smoothed level, state index into STATES) per row; rows of a key in arrival order."""
+        k = len(keys)
+        smoothed = np.full(k, np.nan)
+        state = np.full(k, 2, dtype=np.int64)
+        if not k:
+            return smoothed, state
+        nk = int(keys.max()) + 1
+        self.ewma = grow(self.ewma, 0, nk, np.nan)
+        self.run = grow(self.run, 0, nk, 0)
+        self.state = grow(self.state, 0, nk, 0)
+        order, _, _, rank = group_rows(keys)
+        for r in range(int(rank.max()) + 1):
+            rows = order[rank == r]
+            kk = keys[rows]
+            v = violation[rows]
+            ok = ~np.isnan(v)
+            prev = self.ewma[kk]
+            new = np.where(np.isnan(prev), v, 0.5 * prev + 0.5 * v)
+            new = np.where(ok, new, prev)
+            self.ewma[kk] = new
+            run = np.where(ok, np.where(new >= self.theta_on, self.run[kk] + 1, 0), self.run[kk])
+            self.run[kk] = run
+            st = self.state[kk]
+            st = np.where(ok & (run >= self.k_persist), 1, st)
+            st = np.where(ok & (new < self.theta_off), 0, st)
+            self.state[kk] = st
+            smoothed[rows] = new
+            state[rows] = np.where(ok, st, 2)
+        return smoothed, state
+
+    def arrays(self, n: int) -> dict[str, np.ndarray]:
+        return {"ewma": self.ewma[:n], "run": self.run[:n], "state": self.state[:n]}
+
+    def load(self, arrays: Mapping[str, np.ndarray]) -> None:
+        self.ewma = arrays["ewma"].astype(np.float64).copy()
+        self.run = arrays["run"].astype(np.int64).copy()
+        self.state = arrays["state"].astype(np.int64).copy()
+
+
 class ContractMonitor(Operator):
     """Evaluate samples against a contract, per (job, node).
 
@@ -309,9 +360,7 @@ class ContractMonitor(Operator):
         self.bank_ = ForecastBank(metrics=sorted(set((self.capability_forecasts or {}).values())))
         self.bank_.reset()
         self.cols_ = KeyedColumns()
-        self.ewma_ = np.full(0, np.nan)
-        self.run_ = np.zeros(0, dtype=np.int64)  # consecutive rows at or above theta_on
-        self.state_ = np.zeros(0, dtype=np.int64)  # 0 ok, 1 violated
+        self.tracker_ = ViolationTracker(self.theta_on, self.theta_off, self.k_persist)
 
     def levels(self, distance: np.ndarray) -> np.ndarray:
         """Violation level of distances (fuzzy rulebase via its exact lookup table)."""
@@ -349,32 +398,7 @@ class ContractMonitor(Operator):
             violation = lev.max(axis=1) if self.combine == "max" else lev.mean(axis=1)
         violation[unknown] = np.nan
 
-        smoothed = np.full(k, np.nan)
-        state = np.full(k, 2, dtype=np.int64)
-        if k:
-            keys = self.cols_.row_keys(batch)
-            nk = len(self.cols_.keys)
-            self.ewma_ = grow(self.ewma_, 0, nk, np.nan)
-            self.run_ = grow(self.run_, 0, nk, 0)
-            self.state_ = grow(self.state_, 0, nk, 0)
-            order, _, _, rank = group_rows(keys)
-            for r in range(int(rank.max()) + 1):
-                rows = order[rank == r]
-                kk = keys[rows]
-                v = violation[rows]
-                ok = ~np.isnan(v)
-                prev = self.ewma_[kk]
-                new = np.where(np.isnan(prev), v, 0.5 * prev + 0.5 * v)
-                new = np.where(ok, new, prev)
-                self.ewma_[kk] = new
-                run = np.where(ok, np.where(new >= self.theta_on, self.run_[kk] + 1, 0), self.run_[kk])
-                self.run_[kk] = run
-                st = self.state_[kk]
-                st = np.where(ok & (run >= self.k_persist), 1, st)
-                st = np.where(ok & (new < self.theta_off), 0, st)
-                self.state_[kk] = st
-                smoothed[rows] = new
-                state[rows] = np.where(ok, st, 2)
+        smoothed, state = self.tracker_.update(self.cols_.row_keys(batch) if k else np.zeros(0, np.int64), violation)
         return Batch(
             ts=batch.ts,
             node_idx=batch.node_idx,
@@ -417,16 +441,14 @@ class ContractMonitor(Operator):
 
     def _state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         nk = len(self.cols_.keys)
-        arrays = {"ewma": self.ewma_[:nk], "run": self.run_[:nk], "state": self.state_[:nk]}
+        arrays = self.tracker_.arrays(nk)
         if self.capability_forecasts:
             arrays["bank"] = np.frombuffer(self.bank_.snapshot(), dtype=np.uint8)
         return {"keys": self.cols_.keys}, arrays
 
     def _load_state(self, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
         self.cols_.load(meta["keys"])
-        self.ewma_ = arrays["ewma"].astype(np.float64).copy()
-        self.run_ = arrays["run"].astype(np.int64).copy()
-        self.state_ = arrays["state"].astype(np.int64).copy()
+        self.tracker_.load(arrays)
         if "bank" in arrays:
             self.bank_.restore(arrays["bank"].tobytes())
 

@@ -311,3 +311,83 @@ def spmd(
         "missing": int(absent.sum()),
     }
     return samples, truth
+
+
+def sor(
+    nodes: int = 4,
+    steps: int = 300,
+    seed: int = 0,
+    cpu: Sequence[float] | float = 0.8,
+    cpu_sigma: Sequence[float] | float = 0.05,
+    bw: Sequence[float] | float = 2.0e5,
+    bw_sigma: Sequence[float] | float = 1.0e4,
+    mode_node: int | None = None,
+    mode_levels: tuple[float, float] = (0.9, 0.3),
+    switch_prob: float = 0.15,
+    slowdown: tuple[int, int, int, float] | None = None,
+    interval: float = 1.0,
+    t0: float = 1.7e9,
+    job: str = "sor",
+    model: str = "sor",
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """(samples, truth) of an SOR run for the structural-model experiments (the seed's PPE paper).
+
+    Every iteration (one sample per node) draws each node's available CPU fraction ``cpu_avail`` ~
+    N(cpu, cpu_sigma) and its bandwidth to the next node ``bw_avail`` ~ N(bw, bw_sigma), independent
+    across iterations (the stationary, single-mode case), and reports the iteration's ``node_time``
+    and ``iter_time`` (slowest node) computed with the bundled model from those realised values.
+    ``mode_node``: that node's CPU instead switches between the two ``mode_levels`` (a Markov chain
+    leaving its mode with probability ``switch_prob`` per iteration - the multi-mode case).
+    ``slowdown = (node, start, end, factor)``: that node's time is multiplied by ``factor`` in
+    iterations [start, end), a slowdown its parameters do not show (what a model-driven contract
+    should flag). Truth: the realised parameters, times and the slowed iterations.
+    """
+    from perfsift.models import bundled
+    from perfsift.operators.model import StructuralModel
+
+    m = StructuralModel.load(bundled(model))
+    rng = np.random.default_rng(seed)
+
+    def per_node(v: Sequence[float] | float) -> np.ndarray:
+        return np.broadcast_to(np.asarray(v, dtype=np.float64), (nodes,))
+
+    cpu_v = np.clip(rng.normal(per_node(cpu), per_node(cpu_sigma), (steps, nodes)), 0.02, 1.0)
+    bw_v = np.clip(rng.normal(per_node(bw), per_node(bw_sigma), (steps, nodes)), 1.0e4, None)
+    mode = np.zeros(steps, dtype=np.int64)
+    if mode_node is not None:
+        for t in range(1, steps):
+            mode[t] = 1 - mode[t - 1] if rng.random() < switch_prob else mode[t - 1]
+        spread = rng.normal(0.0, 0.02, steps)
+        cpu_v[:, mode_node] = np.clip(np.asarray(mode_levels)[mode] + spread, 0.02, 1.0)
+    env: dict[str, np.ndarray] = {}
+    for name, p in m.parameters.items():
+        if p.value is not None:
+            env[name] = np.broadcast_to(np.asarray(p.value, dtype=np.float64), (1, nodes))
+    env["FracAvailCPU"] = cpu_v
+    env["BWAvail"] = bw_v
+    node_time = np.broadcast_to(m._run(env, ["NodeTime"])["NodeTime"], (steps, nodes)).copy()
+    slowed = np.zeros(steps, dtype=bool)
+    if slowdown is not None:
+        node, start, end, factor = slowdown
+        node_time[start:end, node] *= factor
+        slowed[start:end] = True
+    iter_time = node_time.max(axis=1)
+    names = [f"node{i:02d}" for i in range(nodes)]
+    samples = [
+        {
+            "ts": t0 + t * interval,
+            "node": names[p],
+            "job": job,
+            "metrics": {
+                "cpu_avail": float(cpu_v[t, p]),
+                "bw_avail": float(bw_v[t, p]),
+                "node_time": float(node_time[t, p]),
+                "iter_time": float(iter_time[t]),
+            },
+        }
+        for t in range(steps)
+        for p in range(nodes)
+    ]
+    truth = {"nodes": names, "cpu_avail": cpu_v, "bw_avail": bw_v, "node_time": node_time, "iter_time": iter_time,
+             "mode": mode, "slowed": slowed}  # fmt: skip
+    return samples, truth

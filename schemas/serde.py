@@ -32,7 +32,17 @@ import orjson
 from perfsift.operators.batch import Batch
 
 MAX_METRICS = 4096
-SCHEMA_NAMES = ("sample", "reduced", "selection", "contract", "forecast", "control", "deadletter", "state")
+SCHEMA_NAMES = (
+    "sample",
+    "reduced",
+    "selection",
+    "contract",
+    "forecast",
+    "prediction",
+    "control",
+    "deadletter",
+    "state",
+)
 _AVRO_MARKER = b"\xc3\x01"
 
 

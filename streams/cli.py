@@ -30,6 +30,7 @@ from perfsift.streams.config import (
     parse_settings,
 )
 from perfsift.streams.http import HealthServer
+from perfsift.streams.model_cli import balance_command, predict_command
 from perfsift.streams.producer_cli import replay_command, sample_command, synth_command
 from perfsift.streams.publish import publish_samples
 from perfsift.streams.pursuit_tool import pursuit as pursuit_command
@@ -466,6 +467,8 @@ def _expected_inputs(cfg: PipelineConfig, runners: list[StageRunner], published:
 
 app.add_typer(contract_app, name="contract")
 app.command("forecast")(forecast_command)
+app.command("predict")(predict_command)
+app.command("balance")(balance_command)
 app.command("select-metrics")(select_metrics_command)
 app.command("pursuit")(pursuit_command)
 app.command("replay")(replay_command)

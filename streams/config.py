@@ -19,6 +19,7 @@ from perfsift.operators import ContractMonitor, Ewma, ForecastBank, Operator, Sl
 from perfsift.operators.clean import Clean
 from perfsift.operators.contract import contract_records
 from perfsift.operators.forecast import forecast_records
+from perfsift.operators.predict import ModelPredictor
 from perfsift.operators.pursuit import ProjectionPursuit
 from perfsift.operators.reduce import Reduce
 from perfsift.operators.selection import DataReduction
@@ -33,6 +34,7 @@ OPERATORS: dict[str, type[Operator]] = {
     "pursuit": ProjectionPursuit,
     "clean": Clean,
     "reduce": Reduce,
+    "predict": ModelPredictor,
 }
 
 #: what a stage publishes: the record schema, how to turn the chain's output into records (None =
@@ -41,7 +43,12 @@ EMITTERS: dict[str, tuple[str, Callable[[Any], list[dict[str, Any]]] | None, str
     "samples": ("sample", None, "node"),
     "contract": ("contract", contract_records, "node"),
     "forecast": ("forecast", forecast_records, "node"),
-    "selection": ("selection", list, "job"),  # DataReduction and ProjectionPursuit return selection records
+    "selection": ("selection", list, "job"),
+    "prediction": (
+        "prediction",
+        list,
+        "job",
+    ),  # ModelPredictor returns perf.prediction records  # DataReduction and ProjectionPursuit return selection records
     # the reduce operator returns {topic: records or batches}; each goes out with its topic's schema and key
     "routed": ("", None, ""),
 }

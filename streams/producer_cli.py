@@ -198,13 +198,13 @@ def sample_command(
         sampler.close()
 
 
-SCENARIOS = (*synthetic.SPMD_SCENARIOS, "master-worker", "gridftp")
+SCENARIOS = (*synthetic.SPMD_SCENARIOS, "master-worker", "gridftp", "sor")
 
 
 def synth_command(
     scenario: Annotated[str, typer.Option(help=f"One of {', '.join(SCENARIOS)}.")],
     out_file: Annotated[Path, typer.Option("--out", "-o", help="Trace to write: .sddf, .sddfb, .csv or .jsonl (.gz).")],
-    nodes: Annotated[int, typer.Option(help="Processors (SPMD, master-worker).")] = 12,
+    nodes: Annotated[int, typer.Option(help="Processors (SPMD, master-worker, sor).")] = 12,
     metrics: Annotated[int, typer.Option(help="Metrics per sample (SPMD: at least 12).")] = 12,
     duration: Annotated[int, typer.Option(help="Seconds of trace (one sample per node and second).")] = 600,
     seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
@@ -212,6 +212,10 @@ def synth_command(
     missing: Annotated[float, typer.Option(help="Share of values left out (SPMD, gridftp).")] = 0.0,
     load_node: Annotated[int | None, typer.Option(help="master-worker: node with an external CPU load.")] = None,
     fewer_flops: Annotated[str | None, typer.Option(help="master-worker: nodes doing fewer FLOPs, e.g. 6-11.")] = None,
+    mode_node: Annotated[int | None, typer.Option(help="sor: node whose CPU switches between two modes.")] = None,
+    slowdown: Annotated[
+        str | None, typer.Option(help="sor: NODE:START:END:FACTOR, a slowdown the parameters do not show.")
+    ] = None,
     truth: Annotated[Path | None, typer.Option(help="Ground truth JSON (default: OUT with .truth.json).")] = None,
 ) -> None:
     """Write a synthetic trace with known structure and its ground truth (which metrics are
@@ -228,6 +232,15 @@ def synth_command(
                                                   load_end=2 * duration / 3)  # fmt: skip
         elif scenario == "gridftp":
             samples, gt = synthetic.gridftp(duration=duration, seed=seed, missing=missing)
+        elif scenario == "sor":
+            slowed = None
+            if slowdown:
+                parts = slowdown.split(":")
+                if len(parts) != 4:
+                    raise ValueError(f"--slowdown is NODE:START:END:FACTOR, got {slowdown!r}")
+                slowed = (int(parts[0]), int(parts[1]), int(parts[2]), float(parts[3]))
+            samples, gt = synthetic.sor(nodes=nodes, steps=duration, seed=seed, mode_node=mode_node, slowdown=slowed)
+            gt = {k: v.tolist() if hasattr(v, "tolist") else v for k, v in gt.items()}
         else:
             raise ValueError(f"unknown scenario {scenario!r}; known: {', '.join(SCENARIOS)}")
     except ValueError as exc:

@@ -35,6 +35,7 @@ TOPICS: dict[str, TopicSpec] = {
         TopicSpec("perf.reduced", "node", "reduced", "smoothed samples with only the selected metrics"),
         TopicSpec("perf.contract", "node", "contract", "contract evaluation per node"),
         TopicSpec("perf.forecast", "node", "forecast", "forecasts with +-2 sigma bounds"),
+        TopicSpec("perf.prediction", "job", "prediction", "structural-model predictions, observed values, verdicts"),
         TopicSpec("perf.control", "job", "control", "feedback to producers: which metrics to keep", True),
         TopicSpec("perf.deadletter", "-", "deadletter", "records that could not be decoded or processed"),
         TopicSpec("perf.state", "stage/topic/partition", "state", "operator snapshots with their offsets", True),

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-SOURCES = ["perfsift", "schemas", "operators", "producers", "streams", "tests", "bench"]
+SOURCES = ["perfsift", "schemas", "operators", "producers", "streams", "models", "tests", "bench"]
 
 
 def tool(name: str) -> str:
