@@ -40,6 +40,13 @@ def rendered(request: pytest.FixtureRequest) -> tuple[str, list[dict[str, Any]]]
     return request.param, render(K8S / "overlays" / request.param)
 
 
+def test_the_image_copies_every_package_folder() -> None:
+    """A package folder missing from the Dockerfile's COPY lines builds an image without it."""
+    dirs = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"].values())
+    copied = set(re.findall(r"^COPY (\S+) \./", (ROOT / "docker" / "Dockerfile").read_text(), re.M))
+    assert dirs <= copied, f"not copied into the image: {sorted(dirs - copied)}"
+
+
 def test_dockerfile_passes_hadolint() -> None:
     r = subprocess.run([tool("hadolint"), str(ROOT / "docker" / "Dockerfile")], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
