@@ -16,7 +16,10 @@ faster on three counts:
 - the items of one series in a batch run back to back while its state is in cache, and series run
   in parallel.
 
-Throughput and how it was measured: ``bench/bench_contract_forecast.py``, ``docs/benchmarks.md``.
+Throughput: ``bench/bench_contract_forecast.py``, ``docs/benchmarks.md``. Where the time goes now (2 cores,
+per update, wall): window shifts 0.35 µs, adaptive-median scans 0.3 µs, selector minima 0.4 µs, scoring
+and bookkeeping 0.3 µs. Next steps, untried: keep a sorted window of exactly the adaptive size w (the
+candidates w ± step then differ by a few values), and drop the 22 and 51 windows in favour of age filters.
 """
 
 from __future__ import annotations
