@@ -1,3 +1,4 @@
 from perfsift.streams.cli import main
 
-main()
+if __name__ == "__main__":  # spawned stage processes import this module as __mp_main__
+    main()

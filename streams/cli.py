@@ -9,7 +9,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -31,6 +31,7 @@ from perfsift.streams.config import (
 )
 from perfsift.streams.http import HealthServer
 from perfsift.streams.model_cli import balance_command, predict_command
+from perfsift.streams.procs import StageProcess
 from perfsift.streams.producer_cli import replay_command, sample_command, synth_command
 from perfsift.streams.publish import publish_samples
 from perfsift.streams.pursuit_tool import pursuit as pursuit_command
@@ -325,6 +326,14 @@ def run(
         typer.Option(help="Replay at this many trace seconds per second (default: as fast as possible)."),
     ] = None,
     settings: SetOpt = None,
+    processes: Annotated[
+        bool,
+        typer.Option(
+            "--processes/--threads",
+            help="Run each stage in its own process (default: the stages' Python work then uses every core) "
+            "or all as threads of this one.",
+        ),
+    ] = True,
 ) -> None:
     """Run the whole pipeline and replay a trace through it, then print a summary.
 
@@ -342,12 +351,11 @@ def run(
                 console.print(f"embedded broker on {bs} (in memory)")
             props = kafka_properties(bs, parse_props(kafka_prop))
             create_pipeline_topics(cfg, props)
-            runners = [StageRunner(st, cfg, props, embedded=embedded is not None) for st in cfg.stages.values()]
-            threads = [run_in_thread(r, on_error=failures.append) for r in runners]
+            runners, join_all = start_stages(cfg, props, embedded is not None, processes, failures)
             # Start replaying once every stage owns its partitions: otherwise the first stages would
             # meet a backlog and later ones see nodes in bursts, partition by partition.
             with console.status("waiting for the stages to join their consumer groups"):
-                wait_assigned(runners, abort=lambda: bool(failures))
+                wait_assigned(runners, abort=lambda: bool(failures) or any(_failed(r) for r in runners))
             t0 = time.monotonic()
             errors: list[RecordError] = []
             if speed:  # paced: event time advances evenly over the nodes, as from live producers
@@ -363,6 +371,7 @@ def run(
                 _stats_table(runners, published, 0.0), console=console, refresh_per_second=4, transient=True
             ) as live:
                 while not stop.is_set() and not failures:
+                    failures += [RuntimeError(e) for r in runners if (e := _failed(r))]
                     live.update(_stats_table(runners, published, time.monotonic() - t0))
                     if all(r.stats.records_in >= expected(r) for r in runners):
                         break
@@ -374,8 +383,7 @@ def run(
                 caption = _selections(runners)
                 for r in runners:
                     r.stop()
-                for th in threads:
-                    th.join(30)
+                join_all()
             if failures:
                 raise fail(f"a stage failed: {failures[0]}", 1)
             summary = {
@@ -401,6 +409,33 @@ def run(
                 out.print(f"report: {page}")
     except BrokerError as exc:
         raise fail(str(exc), 1) from None
+
+
+def start_stages(
+    cfg: PipelineConfig, props: dict[str, str], embedded: bool, processes: bool, failures: list[BaseException]
+) -> tuple[list[Any], Callable[[], None]]:
+    """Every stage of the pipeline started, as child processes (:class:`StageProcess`) or as threads
+    of this process; returns them and a function that waits for them after ``stop()``."""
+    if processes:
+        procs = [StageProcess(st, cfg, props, embedded) for st in cfg.stages.values()]
+
+        def join_procs() -> None:
+            for p in procs:
+                p.join(60)
+
+        return procs, join_procs
+    runners = [StageRunner(st, cfg, props, embedded=embedded) for st in cfg.stages.values()]
+    threads = [run_in_thread(r, on_error=failures.append) for r in runners]
+
+    def join_threads() -> None:
+        for th in threads:
+            th.join(30)
+
+    return runners, join_threads
+
+
+def _failed(r: Any) -> str | None:
+    return getattr(r, "error", None)
 
 
 def read_topic_to_end(props: dict[str, str], topic: str, timeout: float = 60.0) -> list[bytes]:
