@@ -36,17 +36,20 @@ def test_run_on_the_embedded_default_processes_every_demo_sample(tmp_path: Path)
     assert "demo: keeps" in r.stdout
 
 
-def test_run_replays_a_given_trace_and_counts_bad_lines(tmp_path: Path) -> None:
+@pytest.mark.parametrize("mode", ["--processes", "--threads"])
+def test_run_replays_a_given_trace_and_counts_bad_lines(tmp_path: Path, mode: str) -> None:
+    """Both ways of running the stages (a child process each, or threads of one) see every record."""
     trace = tmp_path / "t.jsonl"
     lines = [json.dumps({"ts": 1.0 + i, "node": f"n{i % 3}", "metrics": {"x": float(i)}}) for i in range(50)]
     lines.insert(10, "{broken")
     trace.write_text("\n".join(lines) + "\n")
     summary = tmp_path / "s.json"
-    r = perfsift("run", "--trace", str(trace), "--summary-json", str(summary))
+    r = perfsift("run", "--trace", str(trace), "--summary-json", str(summary), mode)
     assert r.returncode == 0, r.stderr[-3000:]
     s = json.loads(summary.read_text())
     assert s["published"] == 50 and s["rejected_lines"] == 1
     assert s["stages"][0]["records_out"] == 50
+    assert all(st["records_in"] > 0 for st in s["stages"]) and s["guarantee"] == "at_least_once"
 
 
 def test_help_lists_the_commands() -> None:
