@@ -48,15 +48,18 @@ def predict_command(
         raise fail(f"{trace}: the model needs metric(s) {sorted(params & set(missing))}; the trace has "
                    f"{', '.join(batch.metrics)}")  # fmt: skip
     op = ModelPredictor(m.source, method=method, samples=samples, seed=seed, tolerance_sigma=tolerance_sigma)
-    times = np.unique(batch.ts)
+    # chunks of about 50 timestamps, cut where the time changes (a timestamp is never split)
+    order = np.argsort(batch.ts, kind="stable")
+    starts = np.flatnonzero(np.r_[True, np.diff(batch.ts[order]) != 0])
+    cuts = starts[50::50]
     records: list[dict[str, Any]] = []
     with console.status("predicting") as status:
-        for i, chunk in enumerate(np.array_split(np.arange(len(batch)), max(1, len(times) // 50))):
+        for i, chunk in enumerate(np.split(order, cuts)):
             try:
                 records += op.update(batch.take(chunk))
             except ModelError as exc:
                 raise fail(str(exc)) from None
-            status.update(f"predicting: {i * 50:,} of {len(times):,} timestamps")
+            status.update(f"predicting: {min((i + 1) * 50, len(starts)):,} of {len(starts):,} timestamps")
     if json_out:
         _write_jsonl(json_out, records)
     summary = summarize(records)
