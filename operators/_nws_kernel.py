@@ -27,10 +27,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 from perfsift.operators import _numba  # noqa: F401  (sets the kernel cache directory)
-
-HISTORY = 100
-RING = 101
-TRIM = 0.3
+from perfsift.operators.forecast import _TRIM as TRIM
+from perfsift.operators.forecast import HISTORY, RING, SORTED_WINDOWS, TIE
 
 
 @njit(cache=True, inline="always", error_model="numpy")
@@ -56,9 +54,6 @@ def _errors(run: np.ndarray, ring: np.ndarray, cum: np.ndarray, sid: int, k: int
     inv = 1.0 / weff
     for f in range(out.shape[0]):
         out[f] = (run[sid, f] - ring[sid, slot, f]) * inv
-
-
-TIE = 1e-12
 
 
 @njit(cache=True, inline="always", error_model="numpy")
@@ -116,9 +111,8 @@ def _choose_quad(
     )
 
 
-#: sorted windows kept per series (newest values): 5 and 31 (medians, sliding trimmed mean), 51
-#: (trimmed mean), 22 and 56 (the adaptive medians' candidates up to 21 + 1 and 51 + 5)
-CAPS = np.array([5, 22, 31, 51, 56], dtype=np.int64)
+#: sorted windows kept per series (forecast.SORTED_WINDOWS), and where each starts in win_v/win_s
+CAPS = np.array(SORTED_WINDOWS, dtype=np.int64)
 OFFSETS = np.concatenate([[0], np.cumsum(CAPS)]).astype(np.int64)
 WIN_TOTAL = int(OFFSETS[-1])
 #: per adaptive median: the window its candidates (before the new value) and its forecast (after)

@@ -47,7 +47,11 @@ HISTORY = 100  # values kept per series (MAX_DATA_ENTRIES)
 RING = 101  # cumulative-error ring length (>= largest window + 1)
 ADAPTIVE = ((10, 5, 21, 1), (30, 21, 51, 5))  # (init, min, max, step)
 _TRIM = 0.3
-_WIN = 165  # sorted-window cells per series in the compiled kernel (_nws_kernel.WIN_TOTAL)
+#: newest values the compiled kernel keeps sorted per series, per window: 5 and 31 (medians, sliding
+#: and trimmed means), 51 (trimmed mean), 22 and 56 (the adaptive medians' candidates up to 21 + 1
+#: and 51 + 5)
+SORTED_WINDOWS = (5, 22, 31, 51, 56)
+_WIN = sum(SORTED_WINDOWS)  # sorted-window cells per series
 _GAINS = np.array(GAINS)
 _ADAPTIVE = np.array(ADAPTIVE, dtype=np.int64)
 _WINDOWS = np.array(WINDOWS, dtype=np.int64)
@@ -273,9 +277,8 @@ class ForecastBank(Operator):
         new = max(n, 2 * cur, 16)
         old = {name: getattr(self, name + "_") for name in self._ARRAYS}
         self._alloc(new)
-        for name, arr in old.items():
+        for name, arr in old.items():  # the kernel's sorted windows are not copied: _alloc marks them stale
             getattr(self, name + "_")[:cur] = arr
-        self.win_n_[:] = -1  # cheaper to rebuild than to copy
 
     def _series(self, keys: npt.NDArray[np.int64], cols: npt.NDArray[np.int64]) -> np.ndarray:
         """Series ids for (key, metric column) pairs, registering new ones."""
