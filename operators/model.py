@@ -213,6 +213,16 @@ def _mul(a: Interval, b: Interval) -> Interval:
     return min(ps), max(ps)
 
 
+def _pow(x: float, c: float) -> float:
+    """x ** c for x >= 0 in the extended reals (0 ** negative = inf, overflow = inf)."""
+    if x == 0 and c < 0:
+        return math.inf
+    try:
+        return float(x**c)
+    except OverflowError:
+        return math.inf
+
+
 def _interval(node: Node, ranges: Mapping[str, Interval], on_div: Callable[[Node, Interval], None]) -> Interval:
     kind = node[0]
     inf = math.inf
@@ -238,9 +248,9 @@ def _interval(node: Node, ranges: Mapping[str, Interval], on_div: Callable[[Node
                 on_div(node[3], b)
                 return -inf, inf
             return _mul(a, (1 / b[1], 1 / b[0]))
-        if a[0] >= 0 and b[0] == b[1]:  # x ** constant, x >= 0: monotone
-            ends = sorted([a[0] ** b[0] if a[0] > 0 or b[0] > 0 else inf, a[1] ** b[0] if a[1] < inf else inf])
-            return (ends[0], ends[1]) if b[0] >= 0 else (min(ends), max(ends))
+        if a[0] >= 0 and b[0] == b[1]:  # x ** constant, x >= 0: monotone, so the ends map to the ends
+            lo, hi = sorted(_pow(x, b[0]) for x in a)
+            return lo, hi
         return -inf, inf
     fn = node[1]
     args = [_interval(a, ranges, on_div) for a in node[2]]
@@ -603,7 +613,9 @@ class StructuralModel:
         return any(self.random_inputs(n) for n in names_in(node))
 
     # -- evaluation ------------------------------------------------------------------------------
-    def _node_count(self, inputs: Mapping[str, Mapping[str, Any]], nodes: int | None) -> int:
+    def node_count(self, inputs: Mapping[str, Mapping[str, Any]], nodes: int | None) -> int:
+        """The job's node count: ``nodes``, else the model's ``nodes:``, else the length of the
+        per-node values; every per-node value must have that length."""
         sizes = {len(p.value) for p in self.parameters.values() if p.value is not None and len(p.value) > 1}
         sizes |= {len(p.mean) for p in self.parameters.values() if p.mean is not None and len(p.mean) > 1}
         sizes |= {np.size(v["mean"]) for v in inputs.values() if "mean" in v and np.size(v["mean"]) > 1}
@@ -639,7 +651,7 @@ class StructuralModel:
             sigmas[name] = np.nan_to_num(sd.astype(np.float64))
         return means, sigmas
 
-    def _run(self, env: dict[str, np.ndarray], targets: Sequence[str]) -> dict[str, np.ndarray]:
+    def evaluate(self, env: dict[str, np.ndarray], targets: Sequence[str]) -> dict[str, np.ndarray]:
         """Evaluate components over env (parameters as (samples, nodes) arrays); returns targets as
         (samples, nodes or 1) arrays."""
         env = dict(env)
@@ -656,7 +668,7 @@ class StructuralModel:
         nodes: int | None = None,
     ) -> dict[str, np.ndarray]:
         """Monte Carlo draws of every parameter, (samples, nodes) each (constants broadcast)."""
-        p_count = self._node_count(inputs, nodes)
+        p_count = self.node_count(inputs, nodes)
         means, sigmas = self._moments(inputs, p_count)
         rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
         env = {}
@@ -693,7 +705,7 @@ class StructuralModel:
             raise ValueError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
         inputs = inputs or {}
         targets = list(outputs or self.outputs)
-        p_count = self._node_count(inputs, nodes)
+        p_count = self.node_count(inputs, nodes)
         empirical = [n for n, p in self.parameters.items() if p.distribution == "empirical"]
         reason = ""
         diag: dict[str, float] = {}
@@ -715,7 +727,7 @@ class StructuralModel:
             reason = f"non-linear: second-order term {ratio:.2f} sigma > {NONLINEARITY}"
             diag.update(first.diagnostics)
         env = self.draw(inputs, samples, seed, p_count)
-        res = self._run(env, targets)
+        res = self.evaluate(env, targets)
         out = {}
         for t, v in res.items():
             v = np.broadcast_to(v, (samples, v.shape[1]))
@@ -743,7 +755,7 @@ class StructuralModel:
             steps[i] = h
             env[n][1 + 2 * i, j] += h
             env[n][2 + 2 * i, j] -= h
-        res = self._run(env, targets)
+        res = self.evaluate(env, targets)
         out, worst = {}, 0.0
         for t, v in res.items():
             v = np.broadcast_to(v, (1 + 2 * k, v.shape[1]))
@@ -804,25 +816,23 @@ def balance(
         raise ModelError("the model has no balance: section (work: PARAMETER, time: COMPONENT)", model.source)
     inputs = inputs or {}
     work, comp = str(model.balance["work"]), str(model.balance["time"])
-    p_count = model._node_count(inputs, nodes)
+    p_count = model.node_count(inputs, nodes)
     if p_count < 2:
         raise ModelError("balancing needs a job of two or more nodes", model.source)
-    env = model.draw(inputs, runs, seed, p_count)
 
-    def times(w: np.ndarray) -> np.ndarray:
+    def times(env: dict[str, np.ndarray], w: float) -> np.ndarray:
+        """The time component per draw and node with ``w`` units of work on every node."""
         e = dict(env)
-        e[work] = np.broadcast_to(np.asarray(w, dtype=np.float64), (1, p_count))
-        return np.broadcast_to(model._run(e, [comp])[comp], (runs, p_count))
+        e[work] = np.full((1, p_count), w)
+        return np.broadcast_to(model.evaluate(e, [comp])[comp], (runs, p_count))
 
-    b_s = times(np.zeros(p_count))
-    a_s = times(np.ones(p_count)) - b_s
-    linear = np.allclose(times(np.full(p_count, 2.0)) - b_s, 2 * a_s, rtol=1e-6, atol=1e-12)
+    env = model.draw(inputs, runs, seed, p_count)
+    b_s = times(env, 0.0)
+    a_s = times(env, 1.0) - b_s
+    linear = np.allclose(times(env, 2.0) - b_s, 2 * a_s, rtol=1e-6, atol=1e-12)
     sim = model.draw(inputs, runs, np.random.default_rng(seed + 1), p_count)  # independent simulated runs
-    e2 = dict(sim)
-    e2[work] = np.zeros((1, p_count))
-    b_run = np.broadcast_to(model._run(e2, [comp])[comp], (runs, p_count))
-    e2[work] = np.ones((1, p_count))
-    a_run = np.broadcast_to(model._run(e2, [comp])[comp], (runs, p_count)) - b_run
+    b_run = times(sim, 0.0)
+    a_run = times(sim, 1.0) - b_run
     out: dict[str, Any] = {"model": model.name, "total": total, "nodes": p_count, "linear": bool(linear), "runs": runs}
     for strategy, k in (("mean", 0.0), ("conservative", 2.0)):
         a = a_s.mean(axis=0) + k * a_s.std(axis=0)

@@ -365,7 +365,7 @@ def sor(
             env[name] = np.broadcast_to(np.asarray(p.value, dtype=np.float64), (1, nodes))
     env["FracAvailCPU"] = cpu_v
     env["BWAvail"] = bw_v
-    node_time = np.broadcast_to(m._run(env, ["NodeTime"])["NodeTime"], (steps, nodes)).copy()
+    node_time = np.broadcast_to(m.evaluate(env, ["NodeTime"])["NodeTime"], (steps, nodes)).copy()
     slowed = np.zeros(steps, dtype=bool)
     if slowdown is not None:
         node, start, end, factor = slowdown

@@ -141,7 +141,7 @@ def balance_command(
         inputs, nodes = got, len(op.nodes_[str(job)])
     work = m.parameters[str(m.balance["work"])].value or (0.0,)
     try:
-        p_count = m._node_count(inputs, nodes)
+        p_count = m.node_count(inputs, nodes)
         share = float(total if total is not None else (sum(work) if len(work) > 1 else work[0] * p_count))
         res = balance(m, share, inputs, runs=runs, seed=seed, nodes=p_count)
     except (ModelError, ValueError) as exc:
