@@ -171,21 +171,13 @@ def filter_values(  # type: ignore[no-untyped-def]
                         y = threshold
             out[i, jb] = y
             # update the state (Hampel: original inputs; window: accepted values only; EWMA: the output)
-            if mode == HAMPEL:
+            if mode == HAMPEL or (mode == WINDOW and r == R_NONE):
                 p = hpos[k, j]
                 hist[k, j, p] = x
                 hpos[k, j] = (p + 1) % cap
                 if n < cap:
                     hn[k, j] = n + 1
                 if r == R_NONE:
-                    accepted[k, j] += 1
-            elif mode == WINDOW:
-                if r == R_NONE:
-                    p = hpos[k, j]
-                    hist[k, j, p] = x
-                    hpos[k, j] = (p + 1) % cap
-                    if n < cap:
-                        hn[k, j] = n + 1
                     accepted[k, j] += 1
             elif mode == EWMA:
                 # flagged: the winsorised value. (Updating with the mean itself, as "the replacement",
