@@ -20,7 +20,7 @@ import numpy as np
 import orjson
 from confluent_kafka import Consumer, Producer
 from perfsift.streams.broker import EmbeddedBroker
-from perfsift.streams.config import load_pipeline, with_overrides
+from perfsift.streams.config import OperatorSpec, StageConfig, load_pipeline, with_overrides
 from perfsift.streams.logs import kafka_logger
 from perfsift.streams.runner import StageRunner, consumer_settings, producer_settings, run_in_thread
 from perfsift.streams.topics import create_pipeline_topics, ensure_topics
@@ -96,7 +96,9 @@ def main() -> None:
     args = ap.parse_args()
     with EmbeddedBroker() as b:
         props = {"bootstrap.servers": b.bootstrap, "logger": kafka_logger()}
-        cfg = with_overrides(load_pipeline(), topic_prefix="bench.", snapshots=True)
+        # a smooth stage on its own (the default pipeline cleans and smooths in one stage)
+        smooth = StageConfig("smooth", "perf.raw", ("perf.smoothed",), (OperatorSpec("sliding_mean", {"window": 10}),))
+        cfg = with_overrides(load_pipeline(), topic_prefix="bench.", snapshots=True, stages={"smooth": smooth})
         create_pipeline_topics(cfg, props)
         from confluent_kafka.admin import AdminClient
 

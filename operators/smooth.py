@@ -6,6 +6,7 @@ partition); missing values (NaN) are skipped, so a window averages the values th
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -13,6 +14,16 @@ import numpy.typing as npt
 from perfsift.operators._keyed import KeyedColumns, group_rows, grow
 from perfsift.operators.base import Operator
 from perfsift.operators.batch import Batch
+
+
+def _smoothed(batch: Batch, values: np.ndarray, **extra: np.ndarray) -> Batch:
+    """The batch with smoothed values and new columns. The cleaner's ``flags`` stay behind: they
+    describe the values of perf.clean, not the means (sample.avsc), so a stage that cleans and
+    smooths publishes the same smoothed records as two stages with a topic between them."""
+    out = batch.with_values(values, **extra)
+    if "flags" in out.extra:
+        out = replace(out, extra={k: v for k, v in out.extra.items() if k != "flags"})
+    return out
 
 
 def _window_sums(padded: np.ndarray, starts: npt.NDArray[np.int64], w: int) -> np.ndarray:
@@ -75,7 +86,7 @@ class SlidingMean(Operator):
         if not hasattr(self, "cols_"):
             self.reset()
         if len(batch) == 0:
-            return batch.with_values(batch.values.copy(), warm=np.zeros(0, dtype=bool))
+            return _smoothed(batch, batch.values.copy(), warm=np.zeros(0, dtype=bool))
         w, h = self.window, self.window - 1
         cols = self.cols_.metric_columns(batch.metrics)
         keys = self.cols_.row_keys(batch)
@@ -108,7 +119,7 @@ class SlidingMean(Operator):
             tail = (seg_start + counts)[:, None] + np.arange(h)
             self.buf_[np.ix_(uniq, np.arange(h), cols)] = padded[tail]
         self.seen_[uniq] += counts
-        return batch.with_values(means, warm=warm)
+        return _smoothed(batch, means, warm=warm)
 
     def _state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         nk, nm = len(self.cols_.keys), len(self.cols_.metrics)
@@ -165,7 +176,7 @@ class Ewma(Operator):
         out_m = np.empty((k, len(cols)))
         out_v = np.empty((k, len(cols)))
         if k == 0:
-            return batch.with_values(out_m, ewm_var=out_v)
+            return _smoothed(batch, out_m, ewm_var=out_v)
         a = float(self.alpha)
         order, _, _, rank = group_rows(keys)
         sorted_keys = keys[order]
@@ -186,7 +197,7 @@ class Ewma(Operator):
             self.var_[kk, cols] = v_new
             out_m[rows] = m_new
             out_v[rows] = v_new
-        return batch.with_values(out_m, ewm_var=out_v)
+        return _smoothed(batch, out_m, ewm_var=out_v)
 
     def _state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         nk, nm = len(self.cols_.keys), len(self.cols_.metrics)

@@ -22,7 +22,7 @@ from perfsift.producers import number_samples
 from perfsift.producers.traces import TraceWriter, iter_samples
 from perfsift.schemas import RecordError, batch_to_samples, decode_samples
 from perfsift.streams.config import PipelineConfig, StageConfig
-from perfsift.streams.runner import encode_outputs
+from perfsift.streams.runner import Taps, encode_outputs, encode_taps, run_chain
 
 #: topic -> output file name (topics not listed are not written)
 FILES = {
@@ -80,7 +80,7 @@ class Analysis:
             for s in ready:
                 done.append(s)
                 pending.remove(s)
-                available.update(s.outputs)
+                available.update([*s.outputs, *s.tapped])
         return done
 
     # -- running --------------------------------------------------------------------------------
@@ -110,7 +110,12 @@ class Analysis:
                 stats.dead_letters += len(errors)
                 self.errors += errors
                 if len(batch):
-                    outputs.append(self._chain(st, batch))
+                    out, taps = self._chain(st, batch)
+                    outputs.append(out)
+                    for topic, (encoded, _) in encode_taps(taps, self.cfg.encoding).items():
+                        wire.setdefault(topic, []).extend(encoded)
+                        stats.bytes_out += sum(map(len, encoded))
+                        self._write(topic, encoded)
             if final:
                 for op in self.chains[st.name]:
                     flush = getattr(op, "flush", None)
@@ -123,18 +128,17 @@ class Analysis:
                     stats.bytes_out += sum(map(len, encoded))
                     self._write(topic, encoded)
 
-    def _chain(self, st: StageConfig, batch: Batch) -> Any:
-        out: Any = batch
-        for op in self.chains[st.name]:
-            t = time.perf_counter()
-            out = op.update(out)
-            dt = time.perf_counter() - t
+    def _chain(self, st: StageConfig, batch: Batch) -> tuple[Any, Taps]:
+        stats = self.stats[st.name]
+
+        def after(op: Operator, out: Any, dt: float) -> None:
             name = type(op).__name__
-            self.stats[st.name].by_operator[name] = self.stats[st.name].by_operator.get(name, 0.0) + dt
-            self.stats[st.name].seconds += dt
-        if isinstance(out, Batch) and "flags" in out.extra:
-            self._write_flags(out)
-        return out
+            stats.by_operator[name] = stats.by_operator.get(name, 0.0) + dt
+            stats.seconds += dt
+            if isinstance(out, Batch) and "flags" in out.extra:  # the cleaner's report (perf.clean only)
+                self._write_flags(out)
+
+        return run_chain(st, self.chains[st.name], batch, after)
 
     def _write_flags(self, batch: Batch) -> None:
         nodes = batch.node_names()

@@ -469,7 +469,7 @@ def _write_report(props: dict[str, str], cfg: PipelineConfig, runners: list[Stag
     from perfsift.streams.report import build_report
 
     folder.mkdir(parents=True, exist_ok=True)
-    produced = {o for r in runners for o in r.stage.outputs}
+    produced = {o for r in runners for o in [*r.stage.outputs, *r.stage.tapped]}
     with console.status("collecting the outputs for the report"):
         for topic, name in FILES.items():
             if topic not in produced:
@@ -489,13 +489,13 @@ def _write_report(props: dict[str, str], cfg: PipelineConfig, runners: list[Stag
 def _expected_inputs(cfg: PipelineConfig, runners: list[StageRunner], published: int) -> Any:
     """How many records each stage should see: the replayed count for stages reading perf.raw,
     and the upstream stage's outputs for the others."""
-    producers = {o: r for r in runners for o in r.stage.outputs}
+    producers = {o: r for r in runners for o in [*r.stage.outputs, *r.stage.tapped]}
 
     def expected(r: StageRunner) -> int:
         if r.stage.input == "perf.raw":
             return published
         up = producers.get(r.stage.input)
-        return up.stats.records_out if up is not None else 0
+        return up.stats.by_topic.get(r.stage.input, 0) if up is not None else 0
 
     return expected
 

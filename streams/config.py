@@ -64,6 +64,9 @@ class ConfigError(ValueError):
 class OperatorSpec:
     type: str
     params: dict[str, Any]
+    #: topics that also get this operator's output batch (a tap on an intermediate result, e.g.
+    #: perf.clean from a stage that cleans and smooths); never the last operator (that is `outputs`)
+    publish: tuple[str, ...] = ()
 
     def build(self) -> Operator:
         cls = OPERATORS[self.type]
@@ -80,6 +83,11 @@ class StageConfig:
 
     def build_chain(self) -> list[Operator]:
         return [spec.build() for spec in self.operators]
+
+    @property
+    def tapped(self) -> tuple[str, ...]:
+        """Topics that get an intermediate result (operators' ``publish``)."""
+        return tuple(t for op in self.operators for t in op.publish)
 
 
 @dataclass(frozen=True)
@@ -121,11 +129,14 @@ def _err(source: str, where: str, msg: str) -> ConfigError:
 def _parse_operator(source: str, where: str, item: object) -> OperatorSpec:
     if not isinstance(item, Mapping) or "type" not in item:
         raise _err(source, where, "an operator is a mapping with a 'type' and its parameters")
-    params = {k: v for k, v in item.items() if k != "type"}
+    params = {k: v for k, v in item.items() if k not in ("type", "publish")}
     typ = item["type"]
     if typ not in OPERATORS:
         raise _err(source, where, f"unknown operator {typ!r}; known: {', '.join(sorted(OPERATORS))}")
-    spec = OperatorSpec(typ, params)
+    publish = item.get("publish", [])
+    if isinstance(publish, str) or not isinstance(publish, list) or not all(isinstance(t, str) for t in publish):
+        raise _err(source, f"{where}.publish", "must be a list of topics")
+    spec = OperatorSpec(typ, params, tuple(publish))
     try:
         spec.build().reset()
     except (TypeError, ValueError) as exc:
@@ -201,6 +212,12 @@ def load_pipeline(
         ops = tuple(
             _parse_operator(source, f"{where}.operators[{i}]", item) for i, item in enumerate(st.get("operators") or [])
         )
+        if ops and ops[-1].publish:
+            raise _err(
+                source,
+                f"{where}.operators[{len(ops) - 1}].publish",
+                "the last operator's output goes to the stage's outputs; list those topics there",
+            )
         emit = str(st.get("emit", "samples"))
         if emit not in EMITTERS:
             raise _err(source, f"{where}.emit", f"unknown output kind {emit!r}; known: {', '.join(EMITTERS)}")

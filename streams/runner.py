@@ -73,6 +73,8 @@ class StageStats:
     last_batch_ms: float = 0.0
     #: monotonic time of the first fetched batch (None before), for throughput figures
     first_batch_at: float | None = None
+    #: records produced per output topic (logical name), taps included
+    by_topic: dict[str, int] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -349,22 +351,26 @@ class StageRunner:
             self._dead_letter(ms[e.index], e.reason)
         if len(batch):
             try:
-                out = _run_chain(part.chain, batch)
+                out, taps = run_chain(self.stage, part.chain, batch)
             except Exception as exc:  # an operator failed on this batch: park its records, go on
                 log.exception("stage %s: operator failed on %s:%s", self.stage.name, topic, partition)
                 for i in kept:
                     self._dead_letter(ms[i], f"processing failed: {type(exc).__name__}: {exc}"[:1000])
             else:
-                self._emit(out)
+                self._emit(out, taps)
         part.next_offset = _where(ms[-1])[2] + 1
         part.dirty = True
 
-    def _emit(self, out: Batch | list[dict[str, Any]] | dict[str, Any]) -> None:
+    def _emit(self, out: Batch | list[dict[str, Any]] | dict[str, Any], taps: Taps | None = None) -> None:
         outputs = encode_outputs(self.stage, out, self.pipeline.encoding)
+        counts = [len(encoded) for encoded, _ in outputs.values()]
+        # a routed stage sends different records to each topic; the others send the same ones to all
+        self.stats.records_out += sum(counts) if self.stage.emit == "routed" else max(counts, default=0)
+        tapped = encode_taps(taps, self.pipeline.encoding) if taps else {}
         self._ensure_transaction()
         assert self._producer is not None
         produce = self._producer.produce  # the hot loop: one C call per record, no Python wrapper
-        for name, (encoded, keys) in outputs.items():
+        for name, (encoded, keys) in [*outputs.items(), *tapped.items()]:
             topic = self.pipeline.topic(name)
             for value, key in zip(encoded, keys, strict=True):
                 try:
@@ -372,9 +378,7 @@ class StageRunner:
                 except BufferError:  # local queue full: the slow path waits and retries
                     self._produce(topic, value, key)
             self.stats.bytes_out += sum(map(len, encoded))
-        counts = [len(encoded) for encoded, _ in outputs.values()]
-        # a routed stage sends different records to each topic; the others send the same ones to all
-        self.stats.records_out += sum(counts) if self.stage.emit == "routed" else max(counts, default=0)
+            self.stats.by_topic[name] = self.stats.by_topic.get(name, 0) + len(encoded)
 
     def _dead_letter(self, msg: Message, reason: str) -> None:
         self.stats.dead_letters += 1
@@ -593,12 +597,42 @@ def encode_outputs(
     return {t: (encoded, keys) for t in stage.outputs}
 
 
-def _run_chain(chain: list[Operator], batch: Batch) -> Batch | list[dict[str, Any]] | dict[str, Any]:
+Taps = list[tuple[tuple[str, ...], Batch]]
+
+
+def run_chain(
+    stage: StageConfig, chain: list[Operator], batch: Batch, after: Callable[[Operator, Any, float], None] | None = None
+) -> tuple[Batch | list[dict[str, Any]] | dict[str, Any], Taps]:
+    """The chain's output, and the intermediate batches that operators with ``publish`` tap off
+    (topics, batch). ``after(op, output, seconds)`` sees each operator's output and time."""
     out: Batch | list[dict[str, Any]] | dict[str, Any] = batch
-    for op in chain:
-        assert isinstance(out, Batch), "only the last operator of a chain may emit records"
-        out = op.update(out)
-    return out
+    taps: Taps = []
+    for op, spec in zip(chain, stage.operators, strict=True):
+        if not isinstance(out, Batch):
+            raise StageError(f"stage {stage.name}: only the last operator of a chain may emit records")
+        if after is None:
+            out = op.update(out)
+        else:
+            t = time.perf_counter()
+            out = op.update(out)
+            after(op, out, time.perf_counter() - t)
+        if spec.publish:
+            if not isinstance(out, Batch):
+                raise StageError(f"stage {stage.name}: {spec.type} emits records; only sample batches can be published")
+            taps.append((spec.publish, out))
+    return out, taps
+
+
+def encode_taps(taps: Taps, encoding: str) -> dict[str, tuple[list[bytes], list[bytes]]]:
+    """Tapped batches as (encoded samples, message keys) per topic (logical names)."""
+    result: dict[str, tuple[list[bytes], list[bytes]]] = {}
+    for topics, batch in taps:
+        encoded = encode_batch(batch, encoding)
+        for t in topics:
+            enc, keys = result.setdefault(t, ([], []))
+            enc += encoded
+            keys += _batch_keys(batch, TOPICS[t].key if t in TOPICS else "node")
+    return result
 
 
 def wait_assigned(runners: list[StageRunner], timeout: float = 60.0, abort: Callable[[], bool] | None = None) -> bool:

@@ -224,8 +224,22 @@ def test_no_secret_material_is_committed() -> None:
     assert hits == []
 
 
-def test_base_pipeline_is_the_packaged_default() -> None:
-    assert (K8S / "base" / "pipeline.yaml").read_text() == (ROOT / "streams" / "pipeline.yaml").read_text()
+def test_base_pipeline_is_the_packaged_default_with_clean_and_smooth_apart() -> None:
+    """The cluster layout has the packaged default's settings and operators; only its clean stage
+    (clean -> sliding mean) runs as two stages with perf.clean between them."""
+    from dataclasses import replace
+
+    from perfsift.streams.config import load_pipeline
+
+    k8s = load_pipeline(K8S / "base" / "pipeline.yaml", env={})
+    default = load_pipeline(ROOT / "streams" / "pipeline.yaml", env={})
+    assert replace(k8s, stages={}, source="") == replace(default, stages={}, source="")
+    clean, smooth, merged = k8s.stages["clean"], k8s.stages["smooth"], default.stages["clean"]
+    assert (clean.input, clean.outputs, smooth.input) == ("perf.raw", ("perf.clean",), "perf.clean")
+    assert (merged.input, merged.outputs) == (clean.input, smooth.outputs)
+    assert merged.operators == clean.operators + smooth.operators
+    rest = {n: s for n, s in k8s.stages.items() if n not in ("clean", "smooth")}
+    assert rest == {n: s for n, s in default.stages.items() if n != "clean"}
     assert yaml.safe_load((ROOT / "docker" / "compose.yaml").read_text())["services"]["kafka"]["image"].startswith(
         "apache/kafka:"
     )

@@ -19,9 +19,14 @@ from tests.conftest import read_topic
 from tests.e2e.cli import perfsift
 
 
-def pipeline_file(tmp_path: Path, prefix: str, extra: str = "") -> Path:
+def pipeline_file(tmp_path: Path, prefix: str, extra: str = "", tap_clean: bool = False) -> Path:
+    """The default pipeline with a topic prefix; ``tap_clean`` turns on the commented
+    ``publish: [perf.clean]`` of the clean stage."""
     path = tmp_path / "pipeline.yaml"
     text = default_pipeline_path().read_text().replace('topic_prefix: ""', f'topic_prefix: "{prefix}"')
+    if tap_clean:
+        assert "#   publish: [perf.clean]" in text
+        text = text.replace("#   publish: [perf.clean]", "publish: [perf.clean]")
     path.write_text(text + extra)
     return path
 
@@ -92,8 +97,9 @@ def test_streaming_run_conserves_samples_and_matches_analyze(kafka: dict, prefix
 
 def test_bad_records_on_perf_raw_go_to_the_dead_letter_topic(kafka: dict, prefix: str, tmp_path: Path) -> None:
     """10,000 bad records of every kind mixed with 2,000 good ones: nothing crashes, nothing is lost."""
-    config = pipeline_file(tmp_path, prefix)
+    config = pipeline_file(tmp_path, prefix, tap_clean=True)
     cfg = load_pipeline(config)
+    assert cfg.stage("clean").tapped == ("perf.clean",)
     create_pipeline_topics(cfg, kafka)
     good, _ = spmd("cactus", nodes=4, duration=500, seed=1)
     bad_kinds = [
@@ -128,8 +134,14 @@ def test_bad_records_on_perf_raw_go_to_the_dead_letter_topic(kafka: dict, prefix
     assert r.returncode == 0, r.stderr[-3000:]
     dead = read_topic(kafka, cfg.topic("perf.deadletter"), lambda rs: len(rs) >= bad_sent, timeout=60)
     clean = read_topic(kafka, cfg.topic("perf.clean"), lambda rs: len(rs) >= len(good) + 2, timeout=60)
+    smoothed = read_topic(kafka, cfg.topic("perf.smoothed"), lambda rs: len(rs) >= len(good) + 2, timeout=60)
     assert len(dead) == bad_sent
-    assert len(clean) == len(good) + 2
+    # the tapped cleaner output and the stage's smoothed output carry every good record once
+    assert len(clean) == len(smoothed) == len(good) + 2
+    assert {(c["node"], c["seq"]) for c in clean} == {(c["node"], c["seq"]) for c in smoothed}
+    # the cleaner's flags go to perf.clean only (sample.avsc); perf.smoothed carries "warm" instead
+    assert all("flags" in c and "warm" not in c for c in clean)
+    assert all("warm" in c and "flags" not in c for c in smoothed)
     reasons = Counter(d["reason"].split(":")[0][:40] for d in dead)
     assert len(reasons) >= 5, reasons
     assert all(d["topic"] == topic and d["offset"] >= 0 for d in dead)

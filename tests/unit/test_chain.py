@@ -1,0 +1,81 @@
+"""A stage's operator chain: one stage that cleans and smooths publishes exactly what two stages
+with perf.clean between them publish, and a ``publish`` tap carries the cleaner's output."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+import pytest
+from perfsift.producers.synth import spmd
+from perfsift.schemas import decode_samples, encode_batch
+from perfsift.streams.config import ConfigError, load_pipeline
+from perfsift.streams.runner import StageError, encode_outputs, encode_taps, run_chain
+
+
+def config(tmp_path: Path, ops: str) -> Path:
+    p = tmp_path / "p.yaml"
+    p.write_text(f"stages:\n  s:\n    input: perf.raw\n    outputs: [perf.smoothed, perf.smoothed.byjob]\n"
+                 f"    operators:\n{ops}")  # fmt: skip
+    return p
+
+
+MERGED = """      - {type: clean, mode: window, k: 2.0, action: replace, publish: [perf.clean]}
+      - {type: sliding_mean, window: 5}
+"""
+
+
+def test_one_stage_equals_two_stages_with_a_topic_between(tmp_path: Path) -> None:
+    samples, _ = spmd("cactus", nodes=6, duration=120, seed=4, outliers=0.03, missing=0.02)
+    raw = [orjson.dumps(s) for s in samples]
+    merged = load_pipeline(config(tmp_path, MERGED)).stage("s")
+    two = load_pipeline(config(tmp_path, MERGED.replace(", publish: [perf.clean]", ""))).stage("s")
+    chain_m, chain_c, chain_s = merged.build_chain(), two.build_chain()[:1], two.build_chain()[1:]
+    out_m, out_c, out_2 = [], [], []
+    for i in range(0, len(raw), 97):  # uneven batches
+        batch = decode_samples(raw[i : i + 97])[0]
+        out, taps = run_chain(merged, chain_m, batch)
+        out_m += encode_outputs(merged, out, "json")["perf.smoothed"][0]
+        out_c += encode_taps(taps, "json")["perf.clean"][0]
+        # the two-stage way: clean, encode to perf.clean, decode, smooth
+        cleaned = chain_c[0].update(batch)
+        wire = encode_batch(cleaned)
+        out_2 += encode_batch(chain_s[0].update(decode_samples(wire)[0]))
+        assert encode_taps(taps, "json")["perf.clean"][0] == wire
+    assert out_m == out_2 and len(out_m) == len(samples)
+    assert sum(b'"flags":[' in r for r in out_c) > 0  # the planted faults were flagged ...
+    assert not any(b'"flags"' in r for r in out_m)  # ... on perf.clean only
+
+
+def test_tap_keys_follow_the_topic(tmp_path: Path) -> None:
+    stage = load_pipeline(config(tmp_path, MERGED.replace("[perf.clean]", "[perf.clean, perf.smoothed.byjob]"))).stage(
+        "s"
+    )
+    samples, _ = spmd("cactus", nodes=3, duration=5, seed=1)
+    batch = decode_samples([orjson.dumps(s) for s in samples])[0]
+    _, taps = run_chain(stage, stage.build_chain(), batch)
+    tapped = encode_taps(taps, "json")
+    assert set(tapped) == {"perf.clean", "perf.smoothed.byjob"}
+    assert {k.decode() for k in tapped["perf.clean"][1]} == {s["node"] for s in samples}
+    assert {k.decode() for k in tapped["perf.smoothed.byjob"][1]} == {s["job"] for s in samples}
+
+
+@pytest.mark.parametrize(
+    ("ops", "msg"),
+    [
+        ("      - {type: clean, publish: perf.clean}\n      - {type: sliding_mean}\n", "publish: must be a list"),
+        ("      - {type: sliding_mean, publish: [perf.clean]}\n", "the last operator's output goes to the stage's"),
+    ],
+)
+def test_bad_publish_is_refused(tmp_path: Path, ops: str, msg: str) -> None:
+    with pytest.raises(ConfigError, match=msg):
+        load_pipeline(config(tmp_path, ops))
+
+
+def test_records_cannot_be_tapped(tmp_path: Path) -> None:
+    ops = "      - {type: pursuit, publish: [perf.clean]}\n      - {type: sliding_mean}\n"
+    stage = load_pipeline(config(tmp_path, ops)).stage("s")
+    samples, _ = spmd("cactus", nodes=2, duration=3, seed=1)
+    batch = decode_samples([orjson.dumps(s) for s in samples])[0]
+    with pytest.raises(StageError):
+        run_chain(stage, stage.build_chain(), batch)
