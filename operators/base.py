@@ -15,6 +15,25 @@ from typing import Any, ClassVar
 import numpy as np
 from perfsift.operators.batch import Batch
 
+
+def warm_batch(metrics: tuple[str, ...] = ("a", "b", "c"), rows: int = 64, nodes: int = 2) -> Batch:
+    """A small synthetic batch for :meth:`Operator.warm_up`: correlated normal values with a few
+    gaps and one outlier per metric, so that every path of a cleaner runs."""
+    rng = np.random.default_rng(0)
+    base = rng.normal(10.0, 1.0, (rows, 1))
+    values = base + rng.normal(0.0, 0.1, (rows, len(metrics)))
+    values[rng.random(values.shape) < 0.05] = np.nan
+    values[rows - 3, :] += 50.0
+    return Batch(
+        ts=np.repeat(np.arange(rows // nodes + 1, dtype=np.float64), nodes)[:rows],
+        node_idx=np.arange(rows) % nodes,
+        values=values,
+        metrics=metrics,
+        nodes=tuple(f"warm{i}" for i in range(nodes)),
+        job_idx=np.zeros(rows, dtype=np.int64),
+    )
+
+
 _MAGIC = b"PSIFT-OP1"
 
 
@@ -55,6 +74,11 @@ class Operator:
         """Stable hash of class, state version and parameters: the key that state is valid for."""
         blob = json.dumps([type(self).__name__, self.STATE_VERSION, self.get_params()], sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    def warm_up(self) -> None:
+        """Load compiled kernels before the first batch, so that it does not wait for them (numba's
+        cache takes about half a second per module in a fresh process). A stage worker calls it
+        once at start, while its consumer group joins. The default does nothing."""
 
     # -- streaming --------------------------------------------------------------------------
     def reset(self) -> None:

@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 from perfsift.operators._keyed import KeyedColumns, group_rows, grow
-from perfsift.operators.base import Operator
+from perfsift.operators.base import Operator, warm_batch
 from perfsift.operators.batch import Batch
 
 MODES = {"none": 0, "hampel": 1, "window": 2, "ewma": 3}
@@ -130,6 +130,12 @@ class Clean(Operator):
         self.target_transform = target_transform
 
     # -- state -----------------------------------------------------------------------------------
+    def warm_up(self) -> None:
+        # a copy without the knowledge base (no database at start) cleans a synthetic batch
+        op = type(self)(**{**self.get_params(), "kb": None, "app": None})
+        op.reset()
+        op.update(warm_batch())
+
     def reset(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, got {self.mode!r}")

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 from perfsift.operators._keyed import KeyedColumns, group_rows, grow
-from perfsift.operators.base import Operator
+from perfsift.operators.base import Operator, warm_batch
 from perfsift.operators.batch import Batch
 
 GAINS = (0.05, 0.10, 0.15, 0.20, 0.30, 0.40, 0.50, 0.75)
@@ -197,6 +197,11 @@ class ForecastBank(Operator):
         self.engine = engine
 
     # -- state ------------------------------------------------------------------------------------
+    def warm_up(self) -> None:
+        op = self.clone()
+        op.reset()
+        op.update(warm_batch(tuple(self.metrics or ("x",))))
+
     def reset(self) -> None:
         if self.mode not in ("nws", "flat"):
             raise ValueError(f"mode must be 'nws' or 'flat', got {self.mode!r}")

@@ -458,6 +458,11 @@ class ProjectionPursuit(Operator):
         self.seed = seed
 
     # -- parameters and state ------------------------------------------------------------------
+    def warm_up(self) -> None:
+        names = [f"m{j}" for j in range(6)]
+        x = np.random.default_rng(0).normal(size=(24, len(names)))
+        projection_pursuit(x, names, restarts=1, trim=self.trim, cumulants=self.cumulants, optimizer=self.optimizer)
+
     def reset(self) -> None:
         if not self.period > 0:
             raise ValueError(f"period must be > 0 seconds, got {self.period}")
@@ -513,7 +518,12 @@ class ProjectionPursuit(Operator):
                     st.first_period = st.period
             # Close what this period's rows complete *before* appending them: the ring then still
             # holds every row of the closing periods, however many rows the chunk brings.
-            ks = np.array([self._node(st, batch.nodes[c]) for c in batch.node_idx[part].tolist()], dtype=np.int64)
+            # the job's index of each row's node (new nodes join in the order they first appear)
+            codes, first = np.unique(batch.node_idx[part], return_index=True)
+            job_ix = np.zeros(len(batch.nodes), dtype=np.int64)
+            for c in codes[np.argsort(first)].tolist():
+                job_ix[c] = self._node(st, batch.nodes[c])
+            ks = job_ix[batch.node_idx[part]]
             pend_last = st.last_ts.copy()
             np.maximum.at(pend_last, ks, batch.ts[part])
             pend_cnt = np.bincount(ks, minlength=len(st.nodes))

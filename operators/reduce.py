@@ -79,6 +79,10 @@ class Reduce(Operator):
         self.full_every = full_every
         self.control = control
 
+    def warm_up(self) -> None:
+        if self.pursuit is not None:
+            ProjectionPursuit(**self.pursuit).warm_up()
+
     def reset(self) -> None:
         if self.policy not in POLICIES:
             raise ValueError(f"policy must be one of {', '.join(POLICIES)}, got {self.policy!r}")

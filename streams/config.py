@@ -18,11 +18,12 @@ import yaml
 from perfsift.operators import ContractMonitor, Ewma, ForecastBank, Operator, SlidingMean
 from perfsift.operators.clean import Clean
 from perfsift.operators.contract import contract_records
-from perfsift.operators.forecast import forecast_records
+from perfsift.operators.forecast import PRIMARIES, forecast_records
 from perfsift.operators.predict import ModelPredictor
 from perfsift.operators.pursuit import ProjectionPursuit
 from perfsift.operators.reduce import Reduce
 from perfsift.operators.selection import DataReduction
+from perfsift.schemas.serde import encode_forecasts
 
 #: operator names usable in a pipeline file -> class
 OPERATORS: dict[str, type[Operator]] = {
@@ -51,6 +52,12 @@ EMITTERS: dict[str, tuple[str, Callable[[Any], list[dict[str, Any]]] | None, str
     ),  # ModelPredictor returns perf.prediction records  # DataReduction and ProjectionPursuit return selection records
     # the reduce operator returns {topic: records or batches}; each goes out with its topic's schema and key
     "routed": ("", None, ""),
+}
+
+#: column-wise JSON for an emitter's records (encoded, keys): the same bytes as encoding the
+#: records that EMITTERS makes, without a dict per record
+JSON_ENCODERS: dict[str, Callable[[Any], tuple[list[bytes], list[bytes]]]] = {
+    "forecast": lambda out: encode_forecasts(out, PRIMARIES),
 }
 
 GUARANTEES = ("auto", "at_least_once", "exactly_once")

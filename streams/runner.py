@@ -40,7 +40,7 @@ from confluent_kafka import (
 )
 from perfsift.operators import Batch, Operator, SnapshotError
 from perfsift.schemas import decode_samples, encode_batch, encode_records
-from perfsift.streams.config import EMITTERS, PipelineConfig, StageConfig
+from perfsift.streams.config import EMITTERS, JSON_ENCODERS, PipelineConfig, StageConfig
 from perfsift.streams.logs import kafka_logger
 from perfsift.streams.topics import TOPICS
 
@@ -259,6 +259,7 @@ class StageRunner:
             self._consumer.subscribe(
                 [self._in_topic], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
             )
+            self._warm_up()  # while the group join runs in librdkafka's threads
             last_msg = time.monotonic()
             while not self.stop_event.is_set():
                 msgs = self._consumer.consume(self.pipeline.batch_size, self.pipeline.batch_timeout_s)
@@ -275,6 +276,15 @@ class StageRunner:
         finally:
             self._close()
         return self.stats
+
+    def _warm_up(self) -> None:
+        t = time.monotonic()
+        for op in self.stage.build_chain():
+            try:
+                op.warm_up()
+            except Exception:  # only a head start: the first batch will load what this did not
+                log.warning("stage %s: warming up %s failed", self.stage.name, type(op).__name__, exc_info=True)
+        log.debug("stage %s: operators warmed up in %.2f s", self.stage.name, time.monotonic() - t)
 
     def _close(self) -> None:
         consumer, producer = self._consumer, self._producer
@@ -586,6 +596,10 @@ def encode_outputs(
             result[name] = (encoded, keys)
         return result
     schema, to_records, key_field = EMITTERS[stage.emit]
+    fast = JSON_ENCODERS.get(stage.emit) if encoding == "json" else None
+    if fast is not None:
+        encoded, keys = fast(out)
+        return {t: (encoded, keys) for t in stage.outputs}
     if to_records is None:
         if not isinstance(out, Batch):
             raise StageError(f"stage {stage.name}: emit samples needs a batch")

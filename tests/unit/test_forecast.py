@@ -135,3 +135,33 @@ def test_flat_mode_and_compat() -> None:
     assert compat.cum_se_[0, 2] == pytest.approx(plain.cum_se_[0, 2] + 100)  # charged x1² = 10² once
     with pytest.raises(ValueError, match="mode"):
         ForecastBank(mode="x").reset()
+
+
+def test_column_wise_json_equals_the_records_encoded_one_by_one() -> None:
+    """perf.forecast's fast JSON path writes byte for byte what orjson writes for each record,
+    null bounds before the first scored forecast, missing values and odd names included."""
+    from perfsift.operators.forecast import forecast_records
+    from perfsift.schemas.serde import encode_forecasts, encode_records
+
+    rng = np.random.default_rng(5)
+    k = 600
+    values = rng.normal(50, 10, (k, 3)) * np.array([1.0, 1e-9, 1e12])
+    values[rng.random((k, 3)) < 0.05] = np.nan
+    batch = Batch(
+        ts=1.7e9 + np.arange(k) / 7,
+        node_idx=np.arange(k) % 4,
+        values=values,
+        metrics=("cpu", 'q"uote', "naïve"),
+        nodes=("n0", "n1", "nœud", "n3"),
+        job_idx=np.arange(k) % 2,
+        jobs=("a", "b"),
+        seq=np.arange(k),
+    )
+    bank = ForecastBank()
+    for part in np.array_split(np.arange(k), 5):
+        out = bank.update(batch.take(part))
+        records = forecast_records(out)
+        encoded, keys = encode_forecasts(out, PRIMARIES)
+        assert encoded == encode_records(records)
+        assert keys == [r["node"].encode() for r in records]
+        assert any(r["sigma"] is None for r in records) or part[0] > 0
