@@ -179,8 +179,8 @@ def main() -> None:
     lat_t = latency(5000, args.latency_seconds, processes=False)
     print("latency, stages as threads", lat_t, flush=True)
     rows = [
-        {"measure": f"whole pipeline (clean, smooth, forecast, select) in one perfsift run, one process per stage, "
-                    f"{t['samples']:,} samples × 12 metrics, 64 nodes",
+        {"measure": f"whole pipeline (node: clean, smooth, forecast; select) in one perfsift run, one process per "
+                    f"stage, {t['samples']:,} samples × 12 metrics, 64 nodes",
          "value": f"{t['rate']:,.0f} samples/s ({t['seconds']:.1f} s; publishing alone {t['publish_s']:.1f} s)",
          "target": ">= 20,000"},
         {"measure": "the same, stages as threads of one process (perfsift run --threads)",

@@ -529,7 +529,7 @@ class ProjectionPursuit(Operator):
             pend_cnt = np.bincount(ks, minlength=len(st.nodes))
             out += self._close_ready(job, st, pend_last, pend_cnt, float(batch.ts[part].min()))
             st.late += int((batch.ts[part] < st.period * self.period).sum())
-            self._append(st, batch, part, cols)
+            self._append(st, batch, part, cols, ks)
         return out + self._close_ready(job, st)
 
     def _node(self, st: _JobState, node: str) -> int:
@@ -595,20 +595,24 @@ class ProjectionPursuit(Operator):
             st.ring = np.concatenate([st.ring, extra], axis=2)
         return np.array([st.metric_ix[m] for m in metrics], dtype=np.int64)
 
-    def _append(self, st: _JobState, batch: Batch, rows: np.ndarray, cols: np.ndarray) -> None:
-        node_codes = batch.node_idx[rows]
-        for code in np.unique(node_codes).tolist():
-            k = self._node(st, batch.nodes[code])
-            mine = rows[node_codes == code]
-            cap = st.ring.shape[1]
-            mine = mine[-cap:]  # only the newest rows can survive in the ring
-            pos = (st.count[k] + np.arange(len(mine))) % cap
-            block = np.full((len(mine), st.ring.shape[2]), np.nan)
-            block[:, cols] = batch.values[mine]
-            st.ring[k, pos] = block
-            st.ring_ts[k, pos] = batch.ts[mine]
-            st.count[k] += len(mine)
-            st.last_ts[k] = max(st.last_ts[k], float(batch.ts[mine].max()))
+    def _append(self, st: _JobState, batch: Batch, rows: np.ndarray, cols: np.ndarray, ks: np.ndarray) -> None:
+        """Rows (in time order) into the ring of their node ``ks``; of a node with more rows than
+        the ring holds, only the newest can survive and only they are written."""
+        cap = st.ring.shape[1]
+        order = np.argsort(ks, kind="stable")
+        k_sorted, rows = ks[order], rows[order]
+        uniq, first, counts = np.unique(k_sorted, return_index=True, return_counts=True)
+        skipped = np.maximum(counts - cap, 0)
+        rank = np.arange(len(k_sorted)) - np.repeat(first + skipped, counts)
+        keep = rank >= 0
+        k_sorted, rows, rank = k_sorted[keep], rows[keep], rank[keep]
+        pos = (st.count[k_sorted] + rank) % cap
+        block = np.full((len(rows), st.ring.shape[2]), np.nan)
+        block[:, cols] = batch.values[rows]
+        st.ring[k_sorted, pos] = block
+        st.ring_ts[k_sorted, pos] = batch.ts[rows]
+        st.count[uniq] += counts - skipped
+        np.maximum.at(st.last_ts, k_sorted, batch.ts[rows])
 
     # -- one period --------------------------------------------------------------------------
     def _matrix(self, st: _JobState, start: float, end: float) -> tuple[np.ndarray, list[str], dict[str, Any]]:

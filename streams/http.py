@@ -41,6 +41,12 @@ class _RunnerCollector(Collector):
             c = CounterMetricFamily(name, doc, labels=["stage"])
             c.add_metric([stage], value)
             yield c
+        per_topic = CounterMetricFamily(
+            "perfsift_topic_records_out", "records produced per output topic, taps included", labels=["stage", "topic"]
+        )
+        for topic, n in sorted(s.by_topic.items()):
+            per_topic.add_metric([stage, topic], n)
+        yield per_topic
         lag = GaugeMetricFamily(
             "perfsift_consumer_lag", "approximate lag per input partition", labels=["stage", "partition"]
         )

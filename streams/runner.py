@@ -89,6 +89,7 @@ class StageStats:
             "restored_partitions": self.restored_partitions,
             "lag": sum(self.lag.values()),
             "busy_s": round(self.busy_s, 3),
+            "by_topic": dict(self.by_topic),
         }
 
 

@@ -68,6 +68,7 @@ def test_container_command_line_becomes_ready_processes_and_stops_on_sigterm(kaf
         assert len(out) == 90
         code, metrics = get(f"http://127.0.0.1:{port}/metrics")
         assert code == 200 and 'perfsift_records_in_total{stage="smooth"} 90.0' in metrics
+        assert 'perfsift_topic_records_out_total{stage="smooth",topic="perf.smoothed"} 90.0' in metrics
         assert get(f"http://127.0.0.1:{port}/nope")[0] == 404
     finally:
         proc.send_signal(signal.SIGTERM)

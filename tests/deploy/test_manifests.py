@@ -224,9 +224,22 @@ def test_no_secret_material_is_committed() -> None:
     assert hits == []
 
 
-def test_base_pipeline_is_the_packaged_default_with_clean_and_smooth_apart() -> None:
-    """The cluster layout has the packaged default's settings and operators; only its clean stage
-    (clean -> sliding mean) runs as two stages with perf.clean between them."""
+def test_image_and_compose_run_the_stages_of_the_packaged_pipeline() -> None:
+    """The image's pipeline is streams/pipeline.yaml: its default command and the compose services
+    run its stages, every one of them."""
+    from perfsift.streams.config import load_pipeline
+
+    stages = set(load_pipeline(ROOT / "streams" / "pipeline.yaml", env={}).stages)
+    cmd = re.search(r'^CMD \["worker", "(\w+)"\]', (ROOT / "docker" / "Dockerfile").read_text(), re.M)
+    assert cmd is not None and cmd.group(1) in stages
+    services = yaml.safe_load((ROOT / "docker" / "compose.yaml").read_text())["services"].values()
+    workers = [s["command"][1] for s in services if s.get("command", [None])[0] == "worker"]
+    assert sorted(workers) == sorted(stages)
+
+
+def test_base_pipeline_is_the_packaged_default_with_the_node_stage_apart() -> None:
+    """The cluster layout has the packaged default's settings and operators; only the node stage
+    (clean -> sliding mean -> forecast) runs as three stages with topics between them."""
     from dataclasses import replace
 
     from perfsift.streams.config import load_pipeline
@@ -234,12 +247,15 @@ def test_base_pipeline_is_the_packaged_default_with_clean_and_smooth_apart() -> 
     k8s = load_pipeline(K8S / "base" / "pipeline.yaml", env={})
     default = load_pipeline(ROOT / "streams" / "pipeline.yaml", env={})
     assert replace(k8s, stages={}, source="") == replace(default, stages={}, source="")
-    clean, smooth, merged = k8s.stages["clean"], k8s.stages["smooth"], default.stages["clean"]
+    clean, smooth, forecast = (k8s.stages[n] for n in ("clean", "smooth", "forecast"))
+    node = default.stages["node"]
     assert (clean.input, clean.outputs, smooth.input) == ("perf.raw", ("perf.clean",), "perf.clean")
-    assert (merged.input, merged.outputs) == (clean.input, smooth.outputs)
-    assert merged.operators == clean.operators + smooth.operators
-    rest = {n: s for n, s in k8s.stages.items() if n not in ("clean", "smooth")}
-    assert rest == {n: s for n, s in default.stages.items() if n != "clean"}
+    assert (forecast.input, forecast.emit) == ("perf.smoothed", node.emit)
+    assert (node.input, node.outputs, node.tapped) == (clean.input, forecast.outputs, smooth.outputs)
+    ops = [(op.type, op.params) for op in node.operators]
+    assert ops == [(op.type, op.params) for op in clean.operators + smooth.operators + forecast.operators]
+    rest = {n: s for n, s in k8s.stages.items() if n not in ("clean", "smooth", "forecast")}
+    assert rest == {n: s for n, s in default.stages.items() if n != "node"}
     assert yaml.safe_load((ROOT / "docker" / "compose.yaml").read_text())["services"]["kafka"]["image"].startswith(
         "apache/kafka:"
     )

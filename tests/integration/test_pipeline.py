@@ -21,7 +21,7 @@ from tests.e2e.cli import perfsift
 
 def pipeline_file(tmp_path: Path, prefix: str, extra: str = "", tap_clean: bool = False) -> Path:
     """The default pipeline with a topic prefix; ``tap_clean`` turns on the commented
-    ``publish: [perf.clean]`` of the clean stage."""
+    ``publish: [perf.clean]`` of the node stage's cleaner."""
     path = tmp_path / "pipeline.yaml"
     text = default_pipeline_path().read_text().replace('topic_prefix: ""', f'topic_prefix: "{prefix}"')
     if tap_clean:
@@ -99,7 +99,7 @@ def test_bad_records_on_perf_raw_go_to_the_dead_letter_topic(kafka: dict, prefix
     """10,000 bad records of every kind mixed with 2,000 good ones: nothing crashes, nothing is lost."""
     config = pipeline_file(tmp_path, prefix, tap_clean=True)
     cfg = load_pipeline(config)
-    assert cfg.stage("clean").tapped == ("perf.clean",)
+    assert cfg.stage("node").tapped == ("perf.clean", "perf.smoothed", "perf.smoothed.byjob")
     create_pipeline_topics(cfg, kafka)
     good, _ = spmd("cactus", nodes=4, duration=500, seed=1)
     bad_kinds = [
@@ -129,7 +129,7 @@ def test_bad_records_on_perf_raw_go_to_the_dead_letter_topic(kafka: dict, prefix
     p.produce(topic, b'{"ts": 1.0, "node": "n9", "metrics": {"cpu_user": 2.0}}', b"n9")
     assert p.flush(30) == 0
     assert bad_sent == 10_000
-    r = perfsift("worker", "clean", "--bootstrap", kafka["bootstrap.servers"], "--config", str(config),
+    r = perfsift("worker", "node", "--bootstrap", kafka["bootstrap.servers"], "--config", str(config),
                  "--idle-exit", "8", "--http-port", "0", timeout=240)  # fmt: skip
     assert r.returncode == 0, r.stderr[-3000:]
     dead = read_topic(kafka, cfg.topic("perf.deadletter"), lambda rs: len(rs) >= bad_sent, timeout=60)

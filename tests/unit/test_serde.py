@@ -91,6 +91,7 @@ BAD = [
     (b'{"ts": 1, "node": "a", "metrics": [1]}', "'metrics' must be an object"),
     (b'{"ts": 1, "node": "a", "metrics": {"x": "1.5"}}', "metric 'x' must be a finite number"),
     (b'{"ts": 1, "node": "a", "metrics": {"x": true}}', "metric 'x' must be a finite number"),
+    (b'{"ts": 1, "node": "a", "metrics": {"y": 1.5, "x": true}}', "metric 'x' must be a finite number"),
     (b'{"ts": 1, "node": "a", "metrics": {"x": {"y": 1}}}', "metric 'x' must be a finite number"),
     (b'{"ts": 1e999, "node": "a", "metrics": {}}', ""),
     (None, "empty message"),
@@ -147,3 +148,40 @@ def test_column_wise_json_equals_per_record_json(rows: list[dict]) -> None:
     fast = [orjson.loads(x) for x in encode_batch(batch)]
     slow = [orjson.loads(orjson.dumps(r)) for r in batch_to_samples(batch)]
     assert fast == slow
+
+
+uniform_values = st.one_of(st.floats(allow_nan=False, allow_infinity=False), st.integers(-(2**53), 2**53))
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(names, min_size=0, max_size=6, unique=True),
+    st.lists(
+        st.tuples(st.floats(-1e12, 1e12), st.sampled_from(["a", "b", "nœud"]), st.integers(-1, 99)),
+        min_size=1,
+        max_size=30,
+    ),
+    st.data(),
+)
+def test_uniform_batches_decode_as_record_by_record(metric_names: list, rows: list, data: st.DataObject) -> None:
+    """The fast path for batches whose records share their metric names gives the same batch as
+    the record-by-record path; a batch with one odd record falls back to it whole."""
+    import perfsift.schemas.serde as serde
+
+    raw = [
+        orjson.dumps({"ts": t, "node": node, "seq": q, "metrics": {m: data.draw(uniform_values) for m in metric_names}})
+        for t, node, q in rows
+    ]
+    if data.draw(st.booleans()):
+        raw.append(orjson.dumps({"ts": 1.0, "node": "z", "metrics": {"odd": True}}))
+    fast = decode_samples(raw)
+    original, serde._decode_uniform = serde._decode_uniform, lambda v: None
+    try:
+        slow = decode_samples(raw)
+    finally:
+        serde._decode_uniform = original
+    (a, kept_a, err_a), (b, kept_b, err_b) = fast, slow
+    assert kept_a == kept_b and [(e.index, e.reason) for e in err_a] == [(e.index, e.reason) for e in err_b]
+    assert (a.metrics, a.nodes, a.jobs) == (b.metrics, b.nodes, b.jobs)
+    for col in ("ts", "node_idx", "job_idx", "seq", "values"):
+        assert np.array_equal(getattr(a, col), getattr(b, col)), col
