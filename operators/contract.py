@@ -439,6 +439,19 @@ class ContractMonitor(Operator):
             before[m][prev_rows] = out.values[order[:-1][rank[1:] > 0], j]
         return {unit: before[metric] for unit, metric in self.capability_forecasts.items() if metric in before}
 
+    def summary(self) -> dict[str, dict[str, Any]]:
+        """Per job, the contract state of each node now (``contract_nodes``: node -> ok, violated
+        or unknown before its first evaluated row), for live views."""
+        if not hasattr(self, "cols_"):
+            return {}
+        out: dict[str, dict[str, Any]] = {}
+        ewma, state = self.tracker_.ewma, self.tracker_.state
+        for i, (job, node) in enumerate(self.cols_.keys):
+            known = i < len(ewma) and ewma[i] == ewma[i]
+            nodes = out.setdefault(job, {"contract_nodes": {}})["contract_nodes"]
+            nodes[node] = STATES[int(state[i])] if known else "unknown"
+        return out
+
     def _state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         nk = len(self.cols_.keys)
         arrays = self.tracker_.arrays(nk)

@@ -37,7 +37,14 @@ from perfsift.streams.publish import publish_samples
 from perfsift.streams.pursuit_tool import pursuit as pursuit_command
 from perfsift.streams.replay import replay
 from perfsift.streams.report import report_command
-from perfsift.streams.runner import StageError, StageRunner, consumer_settings, run_in_thread, wait_assigned
+from perfsift.streams.runner import (
+    StageError,
+    StageRunner,
+    consumer_settings,
+    merge_summaries,
+    run_in_thread,
+    wait_assigned,
+)
 from perfsift.streams.tools import contract_app
 from perfsift.streams.tools import forecast as forecast_command
 from perfsift.streams.tools import select_metrics as select_metrics_command
@@ -294,13 +301,22 @@ def _stats_table(runners: list[StageRunner], published: int, elapsed: float) -> 
 
 
 def _selections(runners: list[StageRunner]) -> str | None:
-    """One line per job: the metrics the reduced stream keeps now and the share of values sent."""
+    """One line per job: the metrics the reduced stream keeps now and the share of values sent,
+    and the nodes in violation of the contract when a contract stage runs."""
     lines = []
-    for r in runners:
-        for job, j in sorted(r.job_summaries().items()):
+    for job, j in sorted(merge_summaries(r.job_summaries() for r in runners).items()):
+        parts = []
+        if "kept" in j:
             kept = ", ".join(j["kept"]) if j["kept"] else "everything (no selection yet)"
             share = j["values_out"] / j["values_in"] if j["values_in"] else 0.0
-            lines.append(f"{job}: keeps {kept} (selection v{j['selection_version']}); {share:.0%} of the values sent")
+            parts.append(f"keeps {kept} (selection v{j['selection_version']}); {share:.0%} of the values sent")
+        if "contract_nodes" in j:
+            states = j["contract_nodes"]
+            bad = sorted(n for n, s in states.items() if s == "violated")
+            names = f" ({', '.join(bad[:8])}{', ...' if len(bad) > 8 else ''})" if bad else ""
+            parts.append(f"contract violated on {len(bad)} of {len(states)} nodes{names}")
+        if parts:
+            lines.append(f"{job}: " + "; ".join(parts))
     return "\n".join(lines[:10]) or None
 
 
@@ -334,15 +350,39 @@ def run(
             "or all as threads of this one.",
         ),
     ] = True,
+    contract: Annotated[
+        Path | None,
+        typer.Option(
+            help="Contract file (perfsift contract derive): adds a contract stage perf.smoothed -> perf.contract, "
+            "and the live view shows each job's nodes in violation.",
+            exists=True,
+            dir_okay=False,
+        ),
+    ] = None,
+    perf_metric: Annotated[
+        str | None,
+        typer.Option("--perf-metric", help="Application performance metric: data reduction joins the selection."),
+    ] = None,
+    follow: Annotated[
+        bool,
+        typer.Option(
+            "--follow",
+            help="Keep running on live input on perf.raw until Ctrl-C, after the replay of --trace if one is given "
+            "(no demo replay).",
+        ),
+    ] = False,
 ) -> None:
     """Run the whole pipeline and replay a trace through it, then print a summary.
 
     With no --bootstrap: starts the embedded broker, creates the topics, runs every stage of the
     pipeline, replays the bundled demo trace into perf.raw and waits until every stage has
-    processed every record.
+    processed every record. With --follow: keeps running, with the live view, on whatever
+    producers publish to perf.raw, until Ctrl-C or SIGTERM.
     """
-    cfg = _pipeline(config, settings)
-    trace_path = trace or demo_trace_path()
+    from perfsift.streams.analyze import with_options
+
+    cfg = with_options(_pipeline(config, settings), perf_metric, contract)
+    trace_path = trace or (None if follow else demo_trace_path())
     stop = threading.Event()
     failures: list[BaseException] = []
     try:
@@ -358,7 +398,13 @@ def run(
                 wait_assigned(runners, abort=lambda: bool(failures) or any(_failed(r) for r in runners))
             t0 = time.monotonic()
             errors: list[RecordError] = []
-            if speed:  # paced: event time advances evenly over the nodes, as from live producers
+            if trace_path is None:
+                published = 0
+                console.print(
+                    f"following {cfg.topic('perf.raw')} on {bs}; publish samples there, e.g. "
+                    f"perfsift produce FILE -b {bs}. Ctrl-C stops."
+                )
+            elif speed:  # paced: event time advances evenly over the nodes, as from live producers
                 rstats = replay(props, cfg.topic("perf.raw"), trace_path, speed=speed, console=console, stop=stop)
                 published, errors = rstats.published, rstats.errors
             else:
@@ -373,13 +419,13 @@ def run(
                 while not stop.is_set() and not failures:
                     failures += [RuntimeError(e) for r in runners if (e := _failed(r))]
                     live.update(_stats_table(runners, published, time.monotonic() - t0))
-                    if all(r.stats.records_in >= expected(r) for r in runners):
+                    if not follow and all(r.stats.records_in >= expected(r) for r in runners):
                         break
-                    if time.monotonic() - t0 > timeout:
+                    if not follow and time.monotonic() - t0 > timeout:
                         raise fail(f"the pipeline did not process every record within {timeout:.0f} s", 1)
                     time.sleep(0.1)
                 elapsed = time.monotonic() - t0
-                jobs = {job: j for r in runners for job, j in r.job_summaries().items()}  # before the chains go
+                jobs = merge_summaries(r.job_summaries() for r in runners)  # before the chains go
                 caption = _selections(runners)
                 for r in runners:
                     r.stop()
@@ -397,11 +443,19 @@ def run(
             final = _stats_table(runners, published, elapsed)
             final.caption = caption
             out.print(final)
-            processed = all(r.stats.records_in == expected(r) for r in runners)
-            out.print(
-                f"{'every' if processed else 'NOT every'} sample processed: {published:,} published, "
-                f"{sum(r.stats.dead_letters for r in runners):,} dead letters, {len(errors)} rejected lines"
-            )
+            dead = sum(r.stats.dead_letters for r in runners)
+            if follow:  # live input: no count to check against
+                first = [r for r in runners if r.stage.input == "perf.raw"]
+                out.print(
+                    f"followed for {elapsed:.0f} s: {sum(r.stats.records_in for r in first):,} samples read from "
+                    f"perf.raw ({published:,} replayed), {dead:,} dead letters, {len(errors)} rejected lines"
+                )
+            else:
+                processed = all(r.stats.records_in == expected(r) for r in runners)
+                out.print(
+                    f"{'every' if processed else 'NOT every'} sample processed: {published:,} published, "
+                    f"{dead:,} dead letters, {len(errors)} rejected lines"
+                )
             if summary_json:
                 summary_json.write_bytes(orjson.dumps(summary, option=orjson.OPT_INDENT_2))
             if report is not None:

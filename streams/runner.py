@@ -24,7 +24,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -216,13 +216,12 @@ class StageRunner:
         """Per job, what the operators that report one (``summary()``, e.g. reduce) say now: kept
         metrics, selection version, values in and out. Read from the processing thread's state
         without locking: a live view, not an exact snapshot."""
-        out: dict[str, dict[str, Any]] = {}
-        for part in list(self._parts.values()):
-            for op in part.chain:
-                summary = getattr(op, "summary", None)
-                if callable(summary):
-                    out.update(summary())
-        return out
+        return merge_summaries(
+            op.summary()
+            for part in list(self._parts.values())
+            for op in part.chain
+            if callable(getattr(op, "summary", None))
+        )
 
     # -- life cycle --------------------------------------------------------------------------------
     def stop(self) -> None:
@@ -648,6 +647,22 @@ def encode_taps(taps: Taps, encoding: str) -> dict[str, tuple[list[bytes], list[
             enc += encoded
             keys += _batch_keys(batch, TOPICS[t].key if t in TOPICS else "node")
     return result
+
+
+def merge_summaries(summaries: Iterable[dict[str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """Per-job summaries of several operators (or partitions, or stages) as one: the fields of a
+    job are joined; a field that is a mapping in both (e.g. ``contract_nodes`` of a job whose nodes
+    are spread over partitions) is the union of the two."""
+    out: dict[str, dict[str, Any]] = {}
+    for summary in summaries:
+        for job, fields in summary.items():
+            mine = out.setdefault(job, {})
+            for key, value in fields.items():
+                if isinstance(value, dict) and isinstance(mine.get(key), dict):
+                    mine[key] = {**mine[key], **value}
+                else:
+                    mine[key] = value
+    return out
 
 
 def wait_assigned(runners: list[StageRunner], timeout: float = 60.0, abort: Callable[[], bool] | None = None) -> bool:

@@ -72,3 +72,69 @@ def test_unknown_stage_and_missing_bootstrap_are_clear() -> None:
     assert r.returncode == 2 and "no stage 'nosuch'" in r.stderr
     r = perfsift("produce", __file__, "--topic", "perf.raw")
     assert r.returncode == 2 and "needs --bootstrap" in r.stderr
+
+
+def test_run_with_a_contract_shows_the_violated_nodes(tmp_path: Path) -> None:
+    """A contract derived from a baseline, then a run where nodes 6-11 do fewer floating-point
+    operations: the live view and the summary name exactly those nodes as violated."""
+    from perfsift.producers.synth import master_worker
+    from perfsift.producers.traces import write_samples
+
+    base, run = tmp_path / "base.jsonl", tmp_path / "run.jsonl"
+    write_samples(master_worker(seed=1)[0], base)
+    write_samples(master_worker(seed=2, fewer_flops=range(6, 12))[0], run)
+    contract = tmp_path / "c.json"
+    r = perfsift("contract", "derive", str(base), "--space", "intrinsic=instructions_per_s/flops_per_s", "-o",
+                 str(contract))  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    summary = tmp_path / "s.json"
+    r = perfsift("run", "--trace", str(run), "--contract", str(contract), "--summary-json", str(summary))
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "contract violated on 6 of 12 nodes" in r.stdout
+    s = json.loads(summary.read_text())
+    (job,) = s["jobs"].values()
+    violated = {n for n, state in job["contract_nodes"].items() if state == "violated"}
+    assert violated == {f"n{p:02d}" for p in range(6, 12)}
+    assert [st["stage"] for st in s["stages"]][-1] == "contract" and s["stages"][-1]["records_out"] == 12 * 300
+
+
+def test_run_follow_keeps_processing_live_input_until_sigterm(tmp_path: Path) -> None:
+    import re
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    summary = tmp_path / "s.json"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "perfsift", "run", "--follow", "--summary-json", str(summary)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        seen = ""
+        while "Ctrl-C stops" not in seen.replace("\n", " "):
+            line = proc.stdout.readline()
+            assert line, seen
+            seen += line
+        port = re.search(r"127\.0\.0\.1:(\d+)", seen)
+        assert port is not None, seen
+        trace = tmp_path / "live.jsonl"
+        trace.write_text(
+            "".join(
+                json.dumps({"ts": 1.0 + i, "node": f"n{i % 4}", "metrics": {"x": float(i)}}) + "\n" for i in range(400)
+            )
+        )
+        r = perfsift("produce", str(trace), "-b", f"127.0.0.1:{port.group(1)}")
+        assert r.returncode == 0, r.stderr
+        time.sleep(8)  # the stages read it; the run goes on
+        assert proc.poll() is None
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        rest, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0, rest[-3000:]
+    assert "followed for" in rest and "400 samples read from perf.raw" in rest
+    s = json.loads(summary.read_text())
+    assert s["published"] == 0 and s["stages"][0]["records_in"] == 400
