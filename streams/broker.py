@@ -88,6 +88,7 @@ class EmbeddedBroker:
         self.start_timeout = start_timeout
         self.proc: subprocess.Popen[bytes] | None = None
         self._log_handle: object | None = None
+        self._temp_log = False  # a log file of our own in the temp folder: removed after a clean stop
 
     @property
     def bootstrap(self) -> str:
@@ -117,6 +118,7 @@ class EmbeddedBroker:
             fd, name = tempfile.mkstemp(prefix="perfsift-broker-", suffix=".log")
             os.close(fd)
             self.log_file = name
+            self._temp_log = True
         log = open(self.log_file, "ab")  # noqa: SIM115 - closed in stop()
         self._log_handle = log
         try:
@@ -129,13 +131,20 @@ class EmbeddedBroker:
         self.port = port
         try:
             wait_until_ready(self.bootstrap, self.start_timeout, self.proc)
+        except BrokerError as exc:
+            self._temp_log = False  # kept for the diagnosis
+            self.stop()
+            raise BrokerError(f"{exc}; broker log: {self.log_file}") from None
         except BaseException:
             self.stop()
             raise
         return self
 
     def stop(self, timeout: float = 5.0) -> None:
+        """Stop the broker. A temporary log is removed unless the broker had died by itself (then
+        it stays for the diagnosis)."""
         proc, self.proc = self.proc, None
+        crashed = proc is not None and proc.poll() is not None
         if proc is not None and proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
             try:
@@ -146,6 +155,9 @@ class EmbeddedBroker:
         if self._log_handle is not None:
             self._log_handle.close()  # type: ignore[attr-defined]
             self._log_handle = None
+        if proc is not None and self._temp_log and not crashed and self.log_file is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(self.log_file)
 
     def __enter__(self) -> EmbeddedBroker:
         return self.start()
