@@ -1,7 +1,7 @@
 """Stages of ``perfsift run`` in child processes, one interpreter (and interpreter lock) each.
 
 In one process the stages' Python work - decoding and encoding every record at each hop, the
-per-message Kafka calls, the operators' bookkeeping - takes turns on one lock, so four stages on a
+per-message Kafka calls, the operators' bookkeeping - takes turns on one lock, so several stages on a
 2-core machine use little more than one core. A :class:`StageProcess` runs a
 :class:`~perfsift.streams.runner.StageRunner` in a spawned child, as ``perfsift worker`` would in a
 Kubernetes pod, and shows the parent the same face the live view and the summary read: ``stage``,

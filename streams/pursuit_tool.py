@@ -1,7 +1,7 @@
 """``perfsift pursuit TRACE``: dynamic projection pursuit over an archived trace, offline.
 
 Smooths the trace (sliding mean over ``--window`` samples per node and metric, as the pipeline's
-smooth stage does), runs :class:`~perfsift.operators.pursuit.ProjectionPursuit` period by period and
+node stage does), runs :class:`~perfsift.operators.pursuit.ProjectionPursuit` period by period and
 writes one selection record per period; prints a compact timeline and can draw the selection
 matrix of Vetter & Reed's Figure 8 (metrics × periods, marks where selected).
 """
