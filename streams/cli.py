@@ -320,6 +320,10 @@ def _selections(runners: list[StageRunner]) -> str | None:
     return "\n".join(lines[:10]) or None
 
 
+#: where ``perfsift run`` on the embedded broker writes its report unless told otherwise
+DEFAULT_REPORT = Path("perfsift-report")
+
+
 @app.command()
 def run(
     bootstrap: BootstrapOpt = None,
@@ -335,8 +339,13 @@ def run(
     summary_json: Annotated[Path | None, typer.Option("--summary-json", help="Also write the summary here.")] = None,
     report: Annotated[
         Path | None,
-        typer.Option("--report", help="Folder for the outputs (selection, reduced, ...) and an HTML report."),
+        typer.Option(
+            "--report",
+            help="Folder for the outputs (selection, reduced, ...) and an HTML report. Default with the embedded "
+            "broker: ./perfsift-report; with --bootstrap none (it reads the output topics back).",
+        ),
     ] = None,
+    no_report: Annotated[bool, typer.Option("--no-report", help="Write no report folder.")] = False,
     speed: Annotated[
         float | None,
         typer.Option(help="Replay at this many trace seconds per second (default: as fast as possible)."),
@@ -377,7 +386,8 @@ def run(
     With no --bootstrap: starts the embedded broker, creates the topics, runs every stage of the
     pipeline, replays the bundled demo trace into perf.raw and waits until every stage has
     processed every record. With --follow: keeps running, with the live view, on whatever
-    producers publish to perf.raw, until Ctrl-C or SIGTERM.
+    producers publish to perf.raw, until Ctrl-C or SIGTERM. Ends with a summary and, on the
+    embedded broker, a report folder (./perfsift-report: the outputs and report.html).
     """
     from perfsift.streams.analyze import with_options
 
@@ -458,7 +468,9 @@ def run(
                 )
             if summary_json:
                 summary_json.write_bytes(orjson.dumps(summary, option=orjson.OPT_INDENT_2))
-            if report is not None:
+            if report is None and embedded is not None:
+                report = DEFAULT_REPORT
+            if report is not None and not no_report:
                 page = _write_report(props, cfg, runners, report)
                 out.print(f"report: {page}")
     except BrokerError as exc:

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 
-def perfsift(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "perfsift", *args], capture_output=True, text=True, timeout=timeout)
+def perfsift(*args: str, timeout: float = 180, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "perfsift", *args], capture_output=True, text=True, timeout=timeout, cwd=cwd
+    )

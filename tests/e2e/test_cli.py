@@ -14,8 +14,11 @@ pytestmark = pytest.mark.e2e
 
 def test_run_on_the_embedded_default_processes_every_demo_sample(tmp_path: Path) -> None:
     summary = tmp_path / "summary.json"
-    r = perfsift("run", "--summary-json", str(summary))
+    r = perfsift("run", "--summary-json", str(summary), cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
+    # the default report folder, in the current folder
+    assert (tmp_path / "perfsift-report" / "report.html").stat().st_size > 1000
+    assert (tmp_path / "perfsift-report" / "reduced.jsonl").stat().st_size > 0
     assert "every sample processed" in r.stdout
     s = json.loads(summary.read_text())
     assert s["published"] == 9600 and s["rejected_lines"] == 0
@@ -43,7 +46,7 @@ def test_run_replays_a_given_trace_and_counts_bad_lines(tmp_path: Path, mode: st
     lines.insert(10, "{broken")
     trace.write_text("\n".join(lines) + "\n")
     summary = tmp_path / "s.json"
-    r = perfsift("run", "--trace", str(trace), "--summary-json", str(summary), mode)
+    r = perfsift("run", "--trace", str(trace), "--summary-json", str(summary), mode, "--no-report")
     assert r.returncode == 0, r.stderr[-3000:]
     s = json.loads(summary.read_text())
     assert s["published"] == 50 and s["rejected_lines"] == 1
@@ -88,7 +91,7 @@ def test_run_with_a_contract_shows_the_violated_nodes(tmp_path: Path) -> None:
                  str(contract))  # fmt: skip
     assert r.returncode == 0, r.stderr
     summary = tmp_path / "s.json"
-    r = perfsift("run", "--trace", str(run), "--contract", str(contract), "--summary-json", str(summary))
+    r = perfsift("run", "--trace", str(run), "--contract", str(contract), "--summary-json", str(summary), "--no-report")
     assert r.returncode == 0, r.stderr[-3000:]
     assert "contract violated on 6 of 12 nodes" in r.stdout
     s = json.loads(summary.read_text())
@@ -107,7 +110,7 @@ def test_run_follow_keeps_processing_live_input_until_sigterm(tmp_path: Path) ->
 
     summary = tmp_path / "s.json"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "perfsift", "run", "--follow", "--summary-json", str(summary)],
+        [sys.executable, "-m", "perfsift", "run", "--follow", "--summary-json", str(summary), "--no-report"],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
