@@ -33,6 +33,8 @@ import orjson
 from perfsift.operators.batch import Batch
 
 MAX_METRICS = 4096
+#: seq is a signed 64-bit counter (JSON parsers give integers up to 2**64 - 1)
+SEQ_MIN, SEQ_MAX = -(2**63), 2**63 - 1
 SCHEMA_NAMES = (
     "sample",
     "reduced",
@@ -91,8 +93,8 @@ def validate_sample(obj: object, where: str = "") -> dict[str, Any]:
     if type(job) is not str:
         raise RecordError(f"'job' must be a string, got {job!r:.80}", where)
     seq = obj.get("seq", -1)
-    if type(seq) is not int:
-        raise RecordError(f"'seq' must be an integer, got {seq!r:.80}", where)
+    if type(seq) is not int or not SEQ_MIN <= seq <= SEQ_MAX:
+        raise RecordError(f"'seq' must be a 64-bit signed integer, got {seq!r:.80}", where)
     metrics = obj.get("metrics")
     if type(metrics) is not dict:
         raise RecordError(f"'metrics' must be an object of name -> number, got {metrics!r:.80}", where)
@@ -289,7 +291,7 @@ def _decode_uniform(values: Sequence[bytes | None]) -> Batch | None:
     ):
         return None
     names = {tuple(m) for m in metrics}
-    if len(names) != 1:
+    if len(names) != 1 or min(seqs) < SEQ_MIN or max(seqs) > SEQ_MAX:
         return None
     (metric_names,) = names
     ts_arr = np.array(ts, dtype=np.float64)
@@ -367,6 +369,7 @@ def decode_samples(
             or not node
             or type(job) is not str
             or type(seq) is not int
+            or not SEQ_MIN <= seq <= SEQ_MAX
             or type(metrics) is not dict
             or len(metrics) > MAX_METRICS
             or not math.isfinite(ts)  # type: ignore[arg-type]
