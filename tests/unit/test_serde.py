@@ -186,3 +186,24 @@ def test_uniform_batches_decode_as_record_by_record(metric_names: list, rows: li
     assert (a.metrics, a.nodes, a.jobs) == (b.metrics, b.nodes, b.jobs)
     for col in ("ts", "node_idx", "job_idx", "seq", "values"):
         assert np.array_equal(getattr(a, col), getattr(b, col)), col
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.floats() | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+    max_leaves=8,
+)
+odd_samples = st.fixed_dictionaries(
+    {},
+    optional={"ts": json_values, "node": json_values, "job": json_values, "seq": json_values, "metrics": json_values},
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(odd_samples, json_values, samples), min_size=1, max_size=6))
+def test_decoding_never_raises_and_accounts_for_every_record(records: list) -> None:
+    """Whatever JSON arrives, each record is either kept or reported, never both, never lost."""
+    raw = [orjson.dumps(r) for r in records]  # JSON integers: what a parser gives (up to 2**64 - 1)
+    batch, kept, errors = decode_samples(raw)
+    assert sorted(kept + [e.index for e in errors]) == list(range(len(raw)))
+    assert len(batch) == len(kept)
