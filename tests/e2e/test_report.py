@@ -58,8 +58,8 @@ def test_analyze_then_report_renders_every_plot_in_chromium(tmp_path: Path, chro
 
 
 def test_run_on_the_embedded_default_writes_a_report(tmp_path: Path, chromium: str) -> None:
-    folder = tmp_path / "report"
-    r = perfsift("run", "--report", str(folder), timeout=400)
+    folder = tmp_path / "perfsift-report"  # the default folder, in the current folder
+    r = perfsift("run", timeout=400, cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
     assert (folder / "selection.jsonl").stat().st_size > 0 and (folder / "reduced.jsonl").stat().st_size > 0
     dom, _ = render(chromium, folder / "report.html")
