@@ -122,20 +122,25 @@ ADAPT_AFTER = np.array([1, 3], dtype=np.int64)
 
 
 @njit(cache=True, inline="always", error_model="numpy")
+def _insert(wv: np.ndarray, ws: np.ndarray, sid: int, o: int, m: int, v: float, stamp: int) -> None:
+    """Insert value v (arrival index ``stamp``) into the sorted window at offset o holding m values
+    (fewer than its capacity)."""
+    i = o + m
+    while i > o and wv[sid, i - 1] > v:
+        wv[sid, i] = wv[sid, i - 1]
+        ws[sid, i] = ws[sid, i - 1]
+        i -= 1
+    wv[sid, i] = v
+    ws[sid, i] = stamp
+
+
+@njit(cache=True, inline="always", error_model="numpy")
 def _rebuild(wv: np.ndarray, ws: np.ndarray, hist: np.ndarray, sid: int, p: int, n: int) -> None:
     """Sort the newest values of series sid (next ring write at p) into every window, with their
     stamps (0-based arrival index)."""
     for q in range(CAPS.shape[0]):
-        o = OFFSETS[q]
         for age in range(min(n, CAPS[q])):
-            v = hist[sid, _back(p, age)]
-            i = o + age
-            while i > o and wv[sid, i - 1] > v:
-                wv[sid, i] = wv[sid, i - 1]
-                ws[sid, i] = ws[sid, i - 1]
-                i -= 1
-            wv[sid, i] = v
-            ws[sid, i] = n - 1 - age
+            _insert(wv, ws, sid, OFFSETS[q], age, hist[sid, _back(p, age)], n - 1 - age)
 
 
 @njit(cache=True, inline="always", error_model="numpy")
@@ -143,13 +148,7 @@ def _push(wv: np.ndarray, ws: np.ndarray, sid: int, o: int, m: int, cap: int, v:
     """Insert value v (arrival index ``stamp``) into the sorted window at offset o holding m values;
     when it is full (m == cap) the value ``old`` of arrival index ``stamp - cap`` leaves it."""
     if m < cap:
-        i = o + m
-        while i > o and wv[sid, i - 1] > v:
-            wv[sid, i] = wv[sid, i - 1]
-            ws[sid, i] = ws[sid, i - 1]
-            i -= 1
-        wv[sid, i] = v
-        ws[sid, i] = stamp
+        _insert(wv, ws, sid, o, m, v, stamp)
         return
     lo, hi = o, o + m  # first entry >= old, then the one with its stamp among equal values
     while lo < hi:
