@@ -22,7 +22,7 @@ from perfsift.producers import number_samples
 from perfsift.producers.traces import TraceWriter, iter_samples
 from perfsift.schemas import RecordError, batch_to_samples, decode_samples
 from perfsift.streams.config import PipelineConfig, StageConfig
-from perfsift.streams.runner import Taps, encode_outputs, encode_taps, run_chain
+from perfsift.streams.runner import Taps, encode_outputs, encode_samples, run_chain
 
 #: topic -> output file name (topics not listed are not written)
 FILES = {
@@ -80,7 +80,7 @@ class Analysis:
             for s in ready:
                 done.append(s)
                 pending.remove(s)
-                available.update([*s.outputs, *s.tapped])
+                available.update(s.written)
         return done
 
     # -- running --------------------------------------------------------------------------------
@@ -112,10 +112,8 @@ class Analysis:
                 if len(batch):
                     out, taps = self._chain(st, batch)
                     outputs.append(out)
-                    for topic, (encoded, _) in encode_taps(taps, self.cfg.encoding).items():
-                        wire.setdefault(topic, []).extend(encoded)
-                        stats.bytes_out += sum(map(len, encoded))
-                        self._write(topic, encoded)
+                    for topic, (encoded, _) in encode_samples(taps, self.cfg.encoding).items():
+                        self._send(wire, stats, topic, encoded)
             if final:
                 for op in self.chains[st.name]:
                     flush = getattr(op, "flush", None)
@@ -123,10 +121,14 @@ class Analysis:
                         outputs.append(flush())
             for out in outputs:
                 for topic, encoded in self._encode(st, out).items():
-                    wire.setdefault(topic, []).extend(encoded)
                     stats.records_out += len(encoded)
-                    stats.bytes_out += sum(map(len, encoded))
-                    self._write(topic, encoded)
+                    self._send(wire, stats, topic, encoded)
+
+    def _send(self, wire: dict[str, list[bytes]], stats: StageStats, topic: str, encoded: list[bytes]) -> None:
+        """Records a stage publishes: on to the stages that read the topic, and to its file."""
+        wire.setdefault(topic, []).extend(encoded)
+        stats.bytes_out += sum(map(len, encoded))
+        self._write(topic, encoded)
 
     def _chain(self, st: StageConfig, batch: Batch) -> tuple[Any, Taps]:
         stats = self.stats[st.name]

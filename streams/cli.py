@@ -535,7 +535,7 @@ def _write_report(props: dict[str, str], cfg: PipelineConfig, runners: list[Stag
     from perfsift.streams.report import build_report
 
     folder.mkdir(parents=True, exist_ok=True)
-    produced = {o for r in runners for o in [*r.stage.outputs, *r.stage.tapped]}
+    produced = {o for r in runners for o in r.stage.written}
     with console.status("collecting the outputs for the report"):
         for topic, name in FILES.items():
             if topic not in produced:
@@ -555,7 +555,7 @@ def _write_report(props: dict[str, str], cfg: PipelineConfig, runners: list[Stag
 def _expected_inputs(cfg: PipelineConfig, runners: list[StageRunner], published: int) -> Any:
     """How many records each stage should see: the replayed count for stages reading perf.raw,
     and the upstream stage's outputs for the others."""
-    producers = {o: r for r in runners for o in [*r.stage.outputs, *r.stage.tapped]}
+    producers = {o: r for r in runners for o in r.stage.written}
 
     def expected(r: StageRunner) -> int:
         if r.stage.input == "perf.raw":

@@ -44,12 +44,8 @@ EMITTERS: dict[str, tuple[str, Callable[[Any], list[dict[str, Any]]] | None, str
     "samples": ("sample", None, "node"),
     "contract": ("contract", contract_records, "node"),
     "forecast": ("forecast", forecast_records, "node"),
-    "selection": ("selection", list, "job"),
-    "prediction": (
-        "prediction",
-        list,
-        "job",
-    ),  # ModelPredictor returns perf.prediction records  # DataReduction and ProjectionPursuit return selection records
+    "selection": ("selection", list, "job"),  # DataReduction and ProjectionPursuit return selection records
+    "prediction": ("prediction", list, "job"),  # ModelPredictor returns perf.prediction records
     # the reduce operator returns {topic: records or batches}; each goes out with its topic's schema and key
     "routed": ("", None, ""),
 }
@@ -95,6 +91,11 @@ class StageConfig:
     def tapped(self) -> tuple[str, ...]:
         """Topics that get an intermediate result (operators' ``publish``)."""
         return tuple(t for op in self.operators for t in op.publish)
+
+    @property
+    def written(self) -> tuple[str, ...]:
+        """Every topic the stage writes: its outputs and its taps."""
+        return (*self.outputs, *self.tapped)
 
 
 @dataclass(frozen=True)

@@ -376,7 +376,7 @@ class StageRunner:
         counts = [len(encoded) for encoded, _ in outputs.values()]
         # a routed stage sends different records to each topic; the others send the same ones to all
         self.stats.records_out += sum(counts) if self.stage.emit == "routed" else max(counts, default=0)
-        tapped = encode_taps(taps, self.pipeline.encoding) if taps else {}
+        tapped = encode_samples(taps, self.pipeline.encoding) if taps else {}
         self._ensure_transaction()
         assert self._producer is not None
         produce = self._producer.produce  # the hot loop: one C call per record, no Python wrapper
@@ -603,8 +603,7 @@ def encode_outputs(
     if to_records is None:
         if not isinstance(out, Batch):
             raise StageError(f"stage {stage.name}: emit samples needs a batch")
-        encoded = encode_batch(out, encoding)
-        return {t: (encoded, _batch_keys(out, TOPICS[t].key if t in TOPICS else "node")) for t in stage.outputs}
+        return encode_samples([(stage.outputs, out)], encoding)
     records = to_records(out)
     encoded = encode_records(records, encoding, schema)
     keys = [str(r[key_field]).encode() for r in records]
@@ -637,8 +636,10 @@ def run_chain(
     return out, taps
 
 
-def encode_taps(taps: Taps, encoding: str) -> dict[str, tuple[list[bytes], list[bytes]]]:
-    """Tapped batches as (encoded samples, message keys) per topic (logical names)."""
+def encode_samples(taps: Taps, encoding: str) -> dict[str, tuple[list[bytes], list[bytes]]]:
+    """Sample batches, each for some topics (a stage's outputs, or taps), as (encoded samples,
+    message keys) per topic (logical names): each batch is encoded once and keyed per topic by the
+    topic's key (node, or job for ``perf.smoothed.byjob``)."""
     result: dict[str, tuple[list[bytes], list[bytes]]] = {}
     for topics, batch in taps:
         encoded = encode_batch(batch, encoding)

@@ -89,8 +89,7 @@ def pipeline_topics(cfg: PipelineConfig) -> tuple[list[str], list[str]]:
     """All topic names of a pipeline (with prefix) and the compacted ones among them."""
     names = [cfg.topic(t) for t in TOPICS]
     for st in cfg.stages.values():
-        names += [cfg.topic(st.input), *(cfg.topic(o) for o in st.outputs)]
-        names += [cfg.topic(t) for t in st.tapped]
+        names += [cfg.topic(st.input), *(cfg.topic(o) for o in st.written)]
     compacted = [cfg.topic(t.name) for t in TOPICS.values() if t.compacted]
     return list(dict.fromkeys(names)), compacted
 

@@ -10,7 +10,7 @@ import pytest
 from perfsift.producers.synth import spmd
 from perfsift.schemas import decode_samples, encode_batch
 from perfsift.streams.config import ConfigError, load_pipeline
-from perfsift.streams.runner import StageError, encode_outputs, encode_taps, run_chain
+from perfsift.streams.runner import StageError, encode_outputs, encode_samples, run_chain
 
 
 def config(tmp_path: Path, ops: str) -> Path:
@@ -36,12 +36,12 @@ def test_one_stage_equals_two_stages_with_a_topic_between(tmp_path: Path) -> Non
         batch = decode_samples(raw[i : i + 97])[0]
         out, taps = run_chain(merged, chain_m, batch)
         out_m += encode_outputs(merged, out, "json")["perf.smoothed"][0]
-        out_c += encode_taps(taps, "json")["perf.clean"][0]
+        out_c += encode_samples(taps, "json")["perf.clean"][0]
         # the two-stage way: clean, encode to perf.clean, decode, smooth
         cleaned = chain_c[0].update(batch)
         wire = encode_batch(cleaned)
         out_2 += encode_batch(chain_s[0].update(decode_samples(wire)[0]))
-        assert encode_taps(taps, "json")["perf.clean"][0] == wire
+        assert encode_samples(taps, "json")["perf.clean"][0] == wire
     assert out_m == out_2 and len(out_m) == len(samples)
     assert sum(b'"flags":[' in r for r in out_c) > 0  # the planted faults were flagged ...
     assert not any(b'"flags"' in r for r in out_m)  # ... on perf.clean only
@@ -54,7 +54,7 @@ def test_tap_keys_follow_the_topic(tmp_path: Path) -> None:
     samples, _ = spmd("cactus", nodes=3, duration=5, seed=1)
     batch = decode_samples([orjson.dumps(s) for s in samples])[0]
     _, taps = run_chain(stage, stage.build_chain(), batch)
-    tapped = encode_taps(taps, "json")
+    tapped = encode_samples(taps, "json")
     assert set(tapped) == {"perf.clean", "perf.smoothed.byjob"}
     assert {k.decode() for k in tapped["perf.clean"][1]} == {s["node"] for s in samples}
     assert {k.decode() for k in tapped["perf.smoothed.byjob"][1]} == {s["job"] for s in samples}
