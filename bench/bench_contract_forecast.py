@@ -80,7 +80,7 @@ def bench_forecast(nodes: int = 1000, metrics: int = 12, steps: int = 10) -> dic
     out["batched_series_updates_per_s"] = out["compiled_series_updates_per_s"]
     out["speedup"] = out["compiled_series_updates_per_s"] / out["numpy_series_updates_per_s"]
     out["state_bytes_per_series"] = int(sum(getattr(bank, a + "_")[:1].nbytes for a in bank._ARRAYS))
-    out["kernel_cache_bytes_per_series"] = int(sum(getattr(bank, a)[:1].nbytes for a in ("win_v_", "win_s_", "win_n_")))
+    out["kernel_cache_bytes_per_series"] = int(sum(getattr(bank, a)[:1].nbytes for a in ("win_v_", "win_n_")))
     return out
 
 

@@ -2,33 +2,95 @@
 :class:`perfsift.operators.forecast.ForecastBank`.
 
 Same semantics as the numpy reference ``ForecastBank._step_quietly`` (tests compare the two), but
-faster on three counts:
+faster on four counts:
 
-- each series keeps its newest values sorted, with their arrival indexes, in five windows (5, 22,
-  31, 51, 56). A new value costs one binary search and one shift per window (the oldest leaves,
-  the newest enters); fixed-window medians, sliding and trimmed means are then read off directly
-  (sliding means summed in ascending order: equal to the reference's to rounding), and the
-  adaptive medians' candidates w ± step come from one pass over a window that stops as soon as
-  they are known (a value belongs to the newest s when its age is below s).
-  The candidate w itself is the pending forecast;
-- the 16 selectors take their minima four at a time (MSE and MAE of two windows), so the compare
-  chains overlap;
+- each series keeps its newest values sorted in five windows: the fixed 5, 31 and 51 (medians,
+  sliding and trimmed means are read off directly, sums in ascending order: equal to the
+  reference's to rounding) and, per adaptive median, one of exactly its current w values. A new
+  value costs one binary search and one shift per window. The adaptive median's candidates
+  w ± step then differ from its window by at most step values (the oldest ones, or the next older
+  ones from the history ring), so each is a few order statistics away instead of a scan; when w
+  moves, the window drops or merges in those few values in one pass. Equal values are
+  interchangeable in a sorted window, so no arrival indexes are kept;
+- the 16 selectors take their minima in branch-free loops LLVM vectorises (``llvm.minnum``, then an
+  integer minimum for the first index within TIE), MSE and MAE of a window in one loop;
+- no row views in the loop: a numba view of a shared array updates its reference count with an
+  atomic operation, which both threads contend for; rows are indexed instead;
 - the items of one series in a batch run back to back while its state is in cache, and series run
   in parallel.
 
-Throughput: ``bench/bench_contract_forecast.py``, ``docs/benchmarks.md``. Where the time goes now (2 cores,
-per update, wall): window shifts 0.35 µs, adaptive-median scans 0.3 µs, selector minima 0.4 µs, scoring
-and bookkeeping 0.3 µs. Next steps, untried: keep a sorted window of exactly the adaptive size w (the
-candidates w ± step then differ by a few values), and drop the 22 and 51 windows in favour of age filters.
+Throughput: ``bench/bench_contract_forecast.py``, ``docs/benchmarks.md``. Where the time goes now (one
+thread, per update, by taking parts out): the adaptive median of window 21-51 (step 5) about a third,
+the selectors about a quarter. The error-ring rows the next series will read are prefetched while the current one runs.
+Tried and dropped (no gain, measured in one process, alternating): a branch-free binary search,
+and branch-free counting instead of binary searches for the candidates.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
-from numba import njit, prange
+from llvmlite import ir
+from numba import njit, prange, types
+from numba.core import cgutils
+from numba.extending import intrinsic
 from perfsift.operators import _numba  # noqa: F401  (sets the kernel cache directory)
 from perfsift.operators.forecast import _TRIM as TRIM
 from perfsift.operators.forecast import HISTORY, RING, SORTED_WINDOWS, TIE
+
+
+@intrinsic
+def prefetch(typingctx: Any, arr: Any, i: Any, j: Any, off: Any) -> Any:
+    """Hint the cache to load the line holding byte ``off`` from &arr[i, j, 0...] (no effect on results)."""
+    if not isinstance(arr, types.Array) or arr.ndim < 2:
+        return None
+    sig = types.void(arr, i, j, off)
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        aryty = signature.args[0]
+        ary = context.make_array(aryty)(context, builder, args[0])
+        zero = context.get_constant(types.intp, 0)
+        inds = [
+            context.cast(builder, args[1], signature.args[1], types.intp),
+            context.cast(builder, args[2], signature.args[2], types.intp),
+        ] + [zero] * (aryty.ndim - 2)
+        ptr = cgutils.get_item_pointer(context, builder, aryty, ary, inds, wraparound=False)
+        i8p = ir.IntType(8).as_pointer()
+        p = builder.gep(builder.bitcast(ptr, i8p), [context.cast(builder, args[3], signature.args[3], types.intp)])
+        i32 = ir.IntType(32)
+        fnty = ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0")
+        builder.call(fn, [p, i32(0), i32(3), i32(1)])
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def _prefetch_slots(ring: np.ndarray, sid: int, first: int, count: int) -> None:
+    """Prefetch ring rows first .. first + count - 1 (modulo RING) of series sid."""
+    a = first % RING
+    row = ring.shape[2] * 8
+    head = min(count, RING - a)
+    for off in range(0, head * row + 63, 64):
+        prefetch(ring, sid, a, off)  # type: ignore[call-arg]
+    for off in range(0, (count - head) * row + 63 if count > head else 0, 64):
+        prefetch(ring, sid, 0, off)  # type: ignore[call-arg]
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def _prefetch_series(
+    ring_se: np.ndarray, ring_ae: np.ndarray, windows: np.ndarray, sid: int, k: int, steps: int
+) -> None:
+    """Prefetch the error-ring rows the next ``steps`` updates of series sid (k scores so far) will
+    write and read: without it the windows' old rows, 5 to 100 scores back, are cache misses that
+    cost about 5 % (measured in one process, alternating)."""
+    steps = min(steps, 16)
+    for ring in (ring_se, ring_ae):
+        _prefetch_slots(ring, sid, k, steps + 1)  # window 1 and the rows written
+        for q in range(1, windows.shape[0]):
+            _prefetch_slots(ring, sid, k + 1 - windows[q], steps)
 
 
 @njit(cache=True, inline="always", error_model="numpy")
@@ -70,110 +132,245 @@ def _argmin(v: np.ndarray) -> int:
 
 
 @njit(cache=True, inline="always", error_model="numpy")
-def _first_within(a: np.ndarray, b: np.ndarray, inv: float, low: float) -> int:
-    lim = low + TIE * abs(low)
-    for f in range(a.shape[0]):
-        if (a[f] - b[f]) * inv <= lim:
-            return f
+def _argmin_row(v: np.ndarray, r: int) -> int:
+    """``_argmin`` of row r of v (no row view: see ``_select``)."""
+    low = v[r, 0]
+    for i in range(1, v.shape[1]):
+        if v[r, i] < low:
+            low = v[r, i]
+    for i in range(v.shape[1]):
+        if v[r, i] <= low + TIE * abs(low):
+            return i
     return 0
 
 
+@intrinsic
+def _fmin(typingctx: Any, a: Any, b: Any) -> Any:
+    """llvm.minnum: the smaller of two numbers (a NaN loses), in a form LLVM vectorises as a reduction
+    (numba's own min and compare-and-select stay scalar)."""
+    if a != types.float64 or b != types.float64:
+        return None
+    sig = types.float64(types.float64, types.float64)
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        d = ir.DoubleType()
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(d, [d, d]), "llvm.minnum.f64")
+        return builder.call(fn, args, fastmath=("nsz", "reassoc"))
+
+    return sig, codegen
+
+
 @njit(cache=True, inline="always", error_model="numpy")
-def _choose_quad(
-    a1: np.ndarray,
-    b1: np.ndarray,
-    a2: np.ndarray,
-    b2: np.ndarray,
-    inv12: float,
-    a3: np.ndarray,
-    b3: np.ndarray,
-    a4: np.ndarray,
-    b4: np.ndarray,
-    inv34: float,
-) -> tuple[int, int, int, int]:
-    """``_argmin`` of four error vectors (a - b)·inv - the MSE and MAE selectors of two windows - in
-    one loop, so their four compare chains overlap."""
-    low1 = low2 = low3 = low4 = np.inf
-    for f in range(a1.shape[0]):
-        v1 = (a1[f] - b1[f]) * inv12
-        v2 = (a2[f] - b2[f]) * inv12
-        v3 = (a3[f] - b3[f]) * inv34
-        v4 = (a4[f] - b4[f]) * inv34
-        low1 = v1 if v1 < low1 else low1
-        low2 = v2 if v2 < low2 else low2
-        low3 = v3 if v3 < low3 else low3
-        low4 = v4 if v4 < low4 else low4
-    return (
-        _first_within(a1, b1, inv12, low1),
-        _first_within(a2, b2, inv12, low2),
-        _first_within(a3, b3, inv34, low3),
-        _first_within(a4, b4, inv34, low4),
-    )
+def _select(
+    se: np.ndarray, ae: np.ndarray, ring_se: np.ndarray, ring_ae: np.ndarray, sid: int, slot: int, inv: float
+) -> tuple[int, int]:
+    """``_argmin`` of the windowed squared and absolute errors, (se[sid] - ring_se[sid, slot])·inv
+    and the same for ae, or of se[sid]·inv and ae[sid]·inv when slot < 0 (the cumulative errors).
+    Two branch-free passes that LLVM vectorises: the minima, then the lowest indexes within TIE of
+    them. Indexes, not row views: a view costs a reference-count update on the shared array, an
+    atomic operation."""
+    n = se.shape[1]
+    low_s = low_a = np.inf
+    if slot < 0:
+        for f in range(n):
+            low_s = _fmin(low_s, se[sid, f] * inv)  # type: ignore[call-arg]
+            low_a = _fmin(low_a, ae[sid, f] * inv)
+        lim_s, lim_a = low_s + TIE * abs(low_s), low_a + TIE * abs(low_a)
+        idx_s = idx_a = n
+        for f in range(n):
+            idx_s = min(idx_s, f if se[sid, f] * inv <= lim_s else n)
+            idx_a = min(idx_a, f if ae[sid, f] * inv <= lim_a else n)
+    else:
+        for f in range(n):
+            low_s = _fmin(low_s, (se[sid, f] - ring_se[sid, slot, f]) * inv)  # type: ignore[call-arg]
+            low_a = _fmin(low_a, (ae[sid, f] - ring_ae[sid, slot, f]) * inv)
+        lim_s, lim_a = low_s + TIE * abs(low_s), low_a + TIE * abs(low_a)
+        idx_s = idx_a = n
+        for f in range(n):
+            idx_s = min(idx_s, f if (se[sid, f] - ring_se[sid, slot, f]) * inv <= lim_s else n)
+            idx_a = min(idx_a, f if (ae[sid, f] - ring_ae[sid, slot, f]) * inv <= lim_a else n)
+    return (idx_s if idx_s < n else 0), (idx_a if idx_a < n else 0)
 
 
-#: sorted windows kept per series (forecast.SORTED_WINDOWS), and where each starts in win_v/win_s
+#: sorted windows kept per series (forecast.SORTED_WINDOWS: the fixed 5, 31 and 51, then one per
+#: adaptive median, as large as its largest w), and where each starts in win_v
 CAPS = np.array(SORTED_WINDOWS, dtype=np.int64)
 OFFSETS = np.concatenate([[0], np.cumsum(CAPS)]).astype(np.int64)
 WIN_TOTAL = int(OFFSETS[-1])
-#: per adaptive median: the window its candidates (before the new value) and its forecast (after)
-#: are read from
-ADAPT_BEFORE = np.array([1, 4], dtype=np.int64)
-ADAPT_AFTER = np.array([1, 3], dtype=np.int64)
+N_FIXED = 3  # windows 0..2 keep the newest min(cap, n) values; window 3 + a the newest min(w_a, n)
+F5, F31, F51 = int(OFFSETS[0]), int(OFFSETS[1]), int(OFFSETS[2])
 
 
 @njit(cache=True, inline="always", error_model="numpy")
-def _insert(wv: np.ndarray, ws: np.ndarray, sid: int, o: int, m: int, v: float, stamp: int) -> None:
-    """Insert value v (arrival index ``stamp``) into the sorted window at offset o holding m values
-    (fewer than its capacity)."""
-    i = o + m
-    while i > o and wv[sid, i - 1] > v:
-        wv[sid, i] = wv[sid, i - 1]
-        ws[sid, i] = ws[sid, i - 1]
-        i -= 1
-    wv[sid, i] = v
-    ws[sid, i] = stamp
-
-
-@njit(cache=True, inline="always", error_model="numpy")
-def _rebuild(wv: np.ndarray, ws: np.ndarray, hist: np.ndarray, sid: int, p: int, n: int) -> None:
-    """Sort the newest values of series sid (next ring write at p) into every window, with their
-    stamps (0-based arrival index)."""
-    for q in range(CAPS.shape[0]):
-        for age in range(min(n, CAPS[q])):
-            _insert(wv, ws, sid, OFFSETS[q], age, hist[sid, _back(p, age)], n - 1 - age)
-
-
-@njit(cache=True, inline="always", error_model="numpy")
-def _push(wv: np.ndarray, ws: np.ndarray, sid: int, o: int, m: int, cap: int, v: float, stamp: int, old: float) -> None:
-    """Insert value v (arrival index ``stamp``) into the sorted window at offset o holding m values;
-    when it is full (m == cap) the value ``old`` of arrival index ``stamp - cap`` leaves it."""
-    if m < cap:
-        _insert(wv, ws, sid, o, m, v, stamp)
-        return
-    lo, hi = o, o + m  # first entry >= old, then the one with its stamp among equal values
+def _lower(wv: np.ndarray, sid: int, o: int, m: int, v: float) -> int:
+    """First index in the sorted window at offset o (m values) holding a value >= v."""
+    lo, hi = o, o + m
     while lo < hi:
         mid = (lo + hi) >> 1
-        if wv[sid, mid] < old:
+        if wv[sid, mid] < v:
             lo = mid + 1
         else:
             hi = mid
-    r = lo
-    gone = stamp - cap
-    while ws[sid, r] != gone:
-        r += 1
+    return lo
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def _insert(wv: np.ndarray, sid: int, o: int, m: int, v: float) -> None:
+    """Insert v into the sorted window at offset o holding m values (fewer than its capacity)."""
+    i = o + m
+    while i > o and wv[sid, i - 1] > v:
+        wv[sid, i] = wv[sid, i - 1]
+        i -= 1
+    wv[sid, i] = v
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def _replace(wv: np.ndarray, sid: int, o: int, m: int, old: float, v: float) -> None:
+    """Swap the value ``old`` (one of the m values of the sorted window at offset o) for v: one
+    binary search and one shift. Equal values are interchangeable, so any copy of old may go."""
+    r = _lower(wv, sid, o, m, old)
     end = o + m
-    if v >= wv[sid, r]:  # the slot of the leaving value moves right to where v belongs
+    if v >= old:  # the slot of the leaving value moves right to where v belongs
         while r + 1 < end and wv[sid, r + 1] < v:
             wv[sid, r] = wv[sid, r + 1]
-            ws[sid, r] = ws[sid, r + 1]
             r += 1
     else:
         while r > o and wv[sid, r - 1] > v:
             wv[sid, r] = wv[sid, r - 1]
-            ws[sid, r] = ws[sid, r - 1]
             r -= 1
     wv[sid, r] = v
-    ws[sid, r] = stamp
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def _sort_small(v: np.ndarray, d: int) -> None:
+    """Insertion sort of v[:d] (d is at most a step + 1)."""
+    for i in range(1, d):
+        x = v[i]
+        j = i
+        while j > 0 and v[j - 1] > x:
+            v[j] = v[j - 1]
+            j -= 1
+        v[j] = x
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def _positions(wv: np.ndarray, sid: int, o: int, m: int, vals: np.ndarray, d: int, pos: np.ndarray) -> None:
+    """Distinct ascending indexes (from o) of the sorted values vals[:d], all in the window: equal
+    values take consecutive copies."""
+    for j in range(d):
+        if j > 0 and vals[j] == vals[j - 1]:
+            pos[j] = pos[j - 1] + 1
+        else:
+            pos[j] = _lower(wv, sid, o, m, vals[j]) - o
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def _without(wv: np.ndarray, sid: int, o: int, pos: np.ndarray, d: int, k: int) -> float:
+    """The k-th smallest (0-based) of the window without the entries at the ascending pos[:d]."""
+    j = k
+    for i in range(d):
+        if pos[i] <= j:
+            j += 1
+    return wv[sid, o + j]
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def _with(wv: np.ndarray, sid: int, o: int, vals: np.ndarray, ins: np.ndarray, d: int, k: int) -> float:
+    """The k-th smallest (0-based) of the window merged with the sorted vals[:d], vals[j] going to
+    merged index ins[j] (ascending)."""
+    before = 0
+    for j in range(d):
+        if ins[j] == k:
+            return vals[j]
+        if ins[j] < k:
+            before += 1
+    return wv[sid, o + k - before]
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def _oldest(hist: np.ndarray, sid: int, p: int, first: int, last: int, vals: np.ndarray) -> int:
+    """The values of ages first..last - 1 (0 = newest; next ring write at p) into vals, sorted."""
+    d = last - first
+    for j in range(d):
+        vals[j] = hist[sid, _back(p, first + j)]
+    _sort_small(vals, d)
+    return d
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def _candidate(
+    wv: np.ndarray, hist: np.ndarray, sid: int, p: int, o: int, m: int, c: int, vals: np.ndarray, pos: np.ndarray
+) -> float:
+    """Median of the newest c values (next ring write at p) from the sorted window at offset o of
+    the newest m: without its m - c oldest when c < m, with the c - m next older when c > m."""
+    if c == m:
+        return _median_of(wv, sid, o, m)
+    if c < m:
+        d = _oldest(hist, sid, p, c, m, vals)
+        _positions(wv, sid, o, m, vals, d, pos)
+        return 0.5 * (_without(wv, sid, o, pos, d, (c - 1) // 2) + _without(wv, sid, o, pos, d, c // 2))
+    d = _oldest(hist, sid, p, m, c, vals)
+    for j in range(d):
+        pos[j] = _lower(wv, sid, o, m, vals[j]) - o + j
+    return 0.5 * (_with(wv, sid, o, vals, pos, d, (c - 1) // 2) + _with(wv, sid, o, vals, pos, d, c // 2))
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def _resize(
+    wv: np.ndarray,
+    hist: np.ndarray,
+    sid: int,
+    p: int,
+    o: int,
+    m: int,
+    m1: int,
+    xv: float,
+    vals: np.ndarray,
+    pos: np.ndarray,
+) -> None:
+    """Turn the sorted window at offset o of the newest m values (next ring write at p, xv not yet
+    written) into that of the newest m1 values counting xv: the old values of ages m1 - 1 .. m - 1
+    leave, or those of ages m .. m1 - 2 join, and xv enters."""
+    if m1 - 1 == m:
+        _insert(wv, sid, o, m, xv)
+        return
+    if m1 - 1 > m:  # join: merge the sorted newcomers (xv among them) from the back, one pass
+        d = _oldest(hist, sid, p, m, m1 - 1, vals)
+        vals[d] = xv
+        _sort_small(vals, d + 1)
+        i, j = o + m - 1, d
+        for out in range(o + m1 - 1, o - 1, -1):
+            if j < 0:
+                break
+            if i >= o and wv[sid, i] > vals[j]:
+                wv[sid, out] = wv[sid, i]
+                i -= 1
+            else:
+                wv[sid, out] = vals[j]
+                j -= 1
+        return
+    if m1 == m:  # the oldest leaves, xv enters
+        _replace(wv, sid, o, m, hist[sid, _back(p, m - 1)], xv)
+        return
+    d = _oldest(hist, sid, p, m1 - 1, m, vals)  # several leave: compact in one pass, then insert xv
+    _positions(wv, sid, o, m, vals, d, pos)
+    w, r = o + pos[0], 0
+    for i in range(o + pos[0], o + m):
+        if r < d and i == o + pos[r]:
+            r += 1
+        else:
+            wv[sid, w] = wv[sid, i]
+            w += 1
+    _insert(wv, sid, o, m - d, xv)
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def _rebuild(wv: np.ndarray, hist: np.ndarray, adapt_w: np.ndarray, sid: int, p: int, n: int) -> None:
+    """Sort the newest values of series sid (next ring write at p) into every window."""
+    for q in range(CAPS.shape[0]):
+        size = min(CAPS[q], n) if q < N_FIXED else min(adapt_w[sid, q - N_FIXED], n)
+        for age in range(size):
+            _insert(wv, sid, OFFSETS[q], age, hist[sid, _back(p, age)])
 
 
 @njit(cache=True, inline="always", error_model="numpy")
@@ -182,67 +379,34 @@ def _median_of(wv: np.ndarray, sid: int, o: int, m: int) -> float:
 
 
 @njit(cache=True, inline="always", error_model="numpy")
+def _sum(wv: np.ndarray, sid: int, lo: int, hi: int) -> float:
+    """Sum of wv[sid, lo:hi] in ascending index order, four interleaved partial sums (one chain of
+    dependent additions would wait on each; the result agrees with any other order to rounding)."""
+    s0 = s1 = s2 = s3 = 0.0
+    i = lo
+    while i + 4 <= hi:
+        s0 += wv[sid, i]
+        s1 += wv[sid, i + 1]
+        s2 += wv[sid, i + 2]
+        s3 += wv[sid, i + 3]
+        i += 4
+    while i < hi:
+        s0 += wv[sid, i]
+        i += 1
+    return (s0 + s1) + (s2 + s3)
+
+
+@njit(cache=True, inline="always", error_model="numpy")
 def _mean_of(wv: np.ndarray, sid: int, o: int, m: int) -> float:
-    """Mean of a window, summed in ascending order (the reference sums in arrival order: the two
-    agree to rounding)."""
-    total = 0.0
-    for i in range(o, o + m):
-        total += wv[sid, i]
-    return total / m
+    """Mean of a window (the reference sums in arrival order: the two agree to rounding)."""
+    return _sum(wv, sid, o, o + m) / m
 
 
 @njit(cache=True, inline="always", error_model="numpy")
 def _trimmed_of(wv: np.ndarray, sid: int, o: int, m: int) -> float:
-    """Mean of the sorted window without its floor(0.3 m) smallest and largest values (summed in
-    ascending order, as a sort followed by a sum would)."""
+    """Mean of the sorted window without its floor(0.3 m) smallest and largest values."""
     t = int(np.floor(TRIM * m))
-    total = 0.0
-    for i in range(o + t, o + m - t):
-        total += wv[sid, i]
-    return total / (m - 2 * t)
-
-
-@njit(cache=True, inline="always", error_model="numpy")
-def _medians(
-    wv: np.ndarray,
-    ws: np.ndarray,
-    sid: int,
-    o: int,
-    m: int,
-    newest: int,
-    sizes: np.ndarray,
-    k: int,
-    out: np.ndarray,
-    lo: np.ndarray,
-    cnt: np.ndarray,
-) -> None:
-    """Medians of the newest sizes[c] values (sizes[c] <= m), c < k, into out[c], from one pass over
-    the sorted window at offset o (a value is in the window of size s when its age is below s) that
-    stops once every median is known."""
-    todo = 0
-    for c in range(k):
-        if sizes[c] == m:  # the whole window
-            out[c] = _median_of(wv, sid, o, m)
-            cnt[c] = -1
-        else:
-            cnt[c] = 0
-            todo += 1
-    j = o
-    while todo > 0:
-        age = newest - ws[sid, j]
-        v = wv[sid, j]
-        for c in range(k):
-            size = sizes[c]
-            r = cnt[c]
-            if r >= 0 and age < size:
-                if r == (size - 1) // 2:
-                    lo[c] = v
-                if r == size // 2:
-                    out[c] = 0.5 * (lo[c] + v)
-                    todo -= 1
-                    r = -2
-                cnt[c] = r + 1
-        j += 1
+    return _sum(wv, sid, o + t, o + m - t) / (m - 2 * t)
 
 
 @njit(cache=True, parallel=True, error_model="numpy")
@@ -274,7 +438,6 @@ def step(  # type: ignore[no-untyped-def]
     fin_mse_f,
     fin_mae_f,
     win_v,
-    win_s,
     win_n,
     gains,
     adaptive,
@@ -300,157 +463,149 @@ def step(  # type: ignore[no-untyped-def]
         f = np.empty(n_primary)
         err = np.empty(n_primary)
         choice = np.empty(n_sel, dtype=np.int64)
-        zeros = np.zeros(n_primary)
-        sizes = np.empty(4, dtype=np.int64)
-        med = np.empty(4)
-        mlo = np.empty(4)
-        cnt = np.empty(4, dtype=np.int64)
+        vals = np.empty(8)  # the few values that join or leave an adaptive window
+        vpos = np.empty(8, dtype=np.int64)
+        w_before = np.empty(n_adapt, dtype=np.int64)
         errs = np.empty(3)
-        first = seg[chunk * n_seg // n_chunks]
-        for i in range(first, seg[(chunk + 1) * n_seg // n_chunks]):
-            sid = s[i]
-            xv = x[i]
-            # 1. score the pending forecasts
-            if nws_compat and count[sid] == 0:
-                for g in range(2, 10):
-                    pending[sid, g] = 0.0
-            scored = False
-            for g in range(n_primary):
-                p = pending[sid, g]
-                if p == p:
-                    e = p - xv
-                    cum_se[sid, g] += e * e
-                    cum_ae[sid, g] += abs(e)
-                    run_se[sid, g] += e * e
-                    run_ae[sid, g] += abs(e)
-                    scored = True
-            k = scores[sid] + (1 if scored else 0)
-            scores[sid] = k
-            slot = k % RING
-            for g in range(n_primary):
-                ring_se[sid, slot, g] = run_se[sid, g]
-                ring_ae[sid, slot, g] = run_ae[sid, g]
-            for j in range(n_sel):
-                gv = sel_pending[sid, j]
-                if gv == gv:
-                    e = gv - xv
-                    sel_se[sid, j] += e * e
-                    sel_ae[sid, j] += abs(e)
-            fin = fin_mse_f[sid]
-            if fin == fin:
-                fin_se[sid] += (fin - xv) ** 2
-                fin_ae[sid] += abs(fin_mae_f[sid] - xv)
-                fin_n[sid] += 1
-            # the sorted windows of the newest values (rebuilt from the ring after a restore)
-            n_before = count[sid]
-            p0 = pos[sid]
-            if win_n[sid] != n_before:
-                _rebuild(win_v, win_s, hist, sid, p0, n_before)
-            # 2. adaptive windows move on the history before xv. The median of the current window w
-            # is the pending forecast; those of w - step and w + step come from one sorted window.
-            if n_before > 0:
-                for a in range(n_adapt):
-                    lo, hi, stp = adaptive[a, 1], adaptive[a, 2], adaptive[a, 3]
-                    w = adapt_w[sid, a]
-                    q = ADAPT_BEFORE[a]
-                    sizes[0] = min(w - stp, n_before)
-                    sizes[1] = min(w + stp, n_before)
-                    m_q = min(n_before, CAPS[q])
-                    _medians(win_v, win_s, sid, OFFSETS[q], m_q, n_before - 1, sizes, 2, med, mlo, cnt)
-                    # tried in the order w, w - step, w + step; ties keep the first
-                    errs[0] = (xv - pending[sid, 16 + a]) ** 2
-                    errs[1] = (xv - med[0]) ** 2
-                    errs[2] = (xv - med[1]) ** 2
-                    c = _argmin(errs)
-                    best = w if c == 0 else (w - stp if c == 1 else w + stp)
-                    adapt_w[sid, a] = min(max(best, lo), hi)
-            # 3. insert xv and update the primaries
-            for q in range(CAPS.shape[0]):
-                cap = CAPS[q]
-                old = hist[sid, _back(p0, cap - 1)]  # leaves the window when it is full
-                _push(win_v, win_s, sid, OFFSETS[q], min(n_before, cap), cap, xv, n_before, old)
-            hist[sid, p0] = xv
-            p1 = (p0 + 1) % HISTORY
-            pos[sid] = p1
-            n = n_before + 1
-            count[sid] = n
-            win_n[sid] = n
-            mean[sid] += (xv - mean[sid]) / n
-            for g in range(gains.shape[0]):
-                ev = exp[sid, g]
-                exp[sid, g] = xv if ev != ev else ev + gains[g] * (xv - ev)
-            f[0] = xv
-            f[1] = mean[sid]
-            for g in range(gains.shape[0]):
-                f[2 + g] = exp[sid, g]
-            f[13] = _mean_of(win_v, sid, OFFSETS[0], min(5, n))
-            f[12] = _mean_of(win_v, sid, OFFSETS[2], min(31, n))
-            f[11] = _median_of(win_v, sid, OFFSETS[0], min(5, n))
-            f[10] = _median_of(win_v, sid, OFFSETS[2], min(31, n))
-            f[14] = _trimmed_of(win_v, sid, OFFSETS[2], min(31, n))
-            f[15] = _trimmed_of(win_v, sid, OFFSETS[3], min(51, n))
-            for a in range(n_adapt):
-                q = ADAPT_AFTER[a]
-                sizes[0] = min(adapt_w[sid, a], n)
-                _medians(win_v, win_s, sid, OFFSETS[q], min(n, CAPS[q]), n - 1, sizes, 1, med, mlo, cnt)
-                f[16 + a] = med[0]
-            for g in range(n_primary):
-                pending[sid, g] = f[g]
-            # 4. selectors
-            nw = windows.shape[0]
-            if k == 0:  # nothing scored yet: every error is infinite, the first primary wins
+        q0, q1 = chunk * n_seg // n_chunks, (chunk + 1) * n_seg // n_chunks
+        for q in range(q0, q1):
+            if q + 1 < q1:  # while this series runs, fetch the rows the next one will need
+                nxt = s[seg[q + 1]]
+                _prefetch_series(ring_se, ring_ae, windows, nxt, scores[nxt], seg[q + 2] - seg[q + 1])
+            sid = s[seg[q]]
+            for i in range(seg[q], seg[q + 1]):
+                xv = x[i]
+                # 1. score the pending forecasts
+                if nws_compat and count[sid] == 0:
+                    for g in range(2, 10):
+                        pending[sid, g] = 0.0
+                scored = False
+                for g in range(n_primary):
+                    p = pending[sid, g]
+                    if p == p:
+                        e = p - xv
+                        cum_se[sid, g] += e * e
+                        cum_ae[sid, g] += abs(e)
+                        run_se[sid, g] += e * e
+                        run_ae[sid, g] += abs(e)
+                        scored = True
+                k = scores[sid] + (1 if scored else 0)
+                scores[sid] = k
+                slot = k % RING
+                for g in range(n_primary):
+                    ring_se[sid, slot, g] = run_se[sid, g]
+                    ring_ae[sid, slot, g] = run_ae[sid, g]
                 for j in range(n_sel):
-                    choice[j] = 0
-            else:
-                # (cumulative, window 1), (5, 10), (20, 30), (50, 100): MSE and MAE of each
-                rs, ra = run_se[sid], run_ae[sid]
-                for q in range(-1, nw, 2):
-                    if q < 0:
-                        a1, b1, a2, b2, inv12 = cum_se[sid], zeros, cum_ae[sid], zeros, 1.0 / k
+                    gv = sel_pending[sid, j]
+                    if gv == gv:
+                        e = gv - xv
+                        sel_se[sid, j] += e * e
+                        sel_ae[sid, j] += abs(e)
+                fin = fin_mse_f[sid]
+                if fin == fin:
+                    fin_se[sid] += (fin - xv) ** 2
+                    fin_ae[sid] += abs(fin_mae_f[sid] - xv)
+                    fin_n[sid] += 1
+                # the sorted windows of the newest values (rebuilt from the ring after a restore)
+                n_before = count[sid]
+                p0 = pos[sid]
+                if win_n[sid] != n_before:
+                    _rebuild(win_v, hist, adapt_w, sid, p0, n_before)
+                # 2. adaptive windows move on the history before xv. The window of series sid for
+                # adaptive median a holds its newest min(w, n_before) values; the candidates w - step
+                # and w + step differ from it by at most step values.
+                for a in range(n_adapt):
+                    w = adapt_w[sid, a]
+                    w_before[a] = w
+                    if n_before > 0:
+                        lo, hi, stp = adaptive[a, 1], adaptive[a, 2], adaptive[a, 3]
+                        o, m = OFFSETS[N_FIXED + a], min(w, n_before)
+                        # tried in the order w, w - step, w + step; ties keep the first
+                        errs[0] = (xv - _median_of(win_v, sid, o, m)) ** 2
+                        errs[1] = (xv - _candidate(win_v, hist, sid, p0, o, m, min(w - stp, n_before), vals, vpos)) ** 2
+                        errs[2] = (xv - _candidate(win_v, hist, sid, p0, o, m, min(w + stp, n_before), vals, vpos)) ** 2
+                        c = _argmin(errs)
+                        best = w if c == 0 else (w - stp if c == 1 else w + stp)
+                        adapt_w[sid, a] = min(max(best, lo), hi)
+                # 3. insert xv and update the primaries
+                n = n_before + 1
+                for q in range(N_FIXED):
+                    cap, o = CAPS[q], OFFSETS[q]
+                    if n_before < cap:
+                        _insert(win_v, sid, o, n_before, xv)
                     else:
+                        _replace(win_v, sid, o, cap, hist[sid, _back(p0, cap - 1)], xv)
+                for a in range(n_adapt):
+                    o = OFFSETS[N_FIXED + a]
+                    _resize(
+                        win_v, hist, sid, p0, o, min(w_before[a], n_before), min(adapt_w[sid, a], n), xv, vals, vpos
+                    )
+                hist[sid, p0] = xv
+                pos[sid] = (p0 + 1) % HISTORY
+                count[sid] = n
+                win_n[sid] = n
+                mean[sid] += (xv - mean[sid]) / n
+                for g in range(gains.shape[0]):
+                    ev = exp[sid, g]
+                    exp[sid, g] = xv if ev != ev else ev + gains[g] * (xv - ev)
+                f[0] = xv
+                f[1] = mean[sid]
+                for g in range(gains.shape[0]):
+                    f[2 + g] = exp[sid, g]
+                f[13] = _mean_of(win_v, sid, F5, min(5, n))
+                f[12] = _mean_of(win_v, sid, F31, min(31, n))
+                f[11] = _median_of(win_v, sid, F5, min(5, n))
+                f[10] = _median_of(win_v, sid, F31, min(31, n))
+                f[14] = _trimmed_of(win_v, sid, F31, min(31, n))
+                f[15] = _trimmed_of(win_v, sid, F51, min(51, n))
+                for a in range(n_adapt):
+                    f[16 + a] = _median_of(win_v, sid, OFFSETS[N_FIXED + a], min(adapt_w[sid, a], n))
+                for g in range(n_primary):
+                    pending[sid, g] = f[g]
+                # 4. selectors
+                nw = windows.shape[0]
+                if k == 0:  # nothing scored yet: every error is infinite, the first primary wins
+                    for j in range(n_sel):
+                        choice[j] = 0
+                else:
+                    # cumulative, then windows 1 .. 100: MSE and MAE of each
+                    choice[0], choice[1] = _select(cum_se, cum_ae, ring_se, ring_ae, sid, -1, 1.0 / k)
+                    for q in range(nw):
                         weff = min(windows[q], k)
                         slot = (k - weff) % RING
-                        a1, b1, a2, b2, inv12 = rs, ring_se[sid, slot], ra, ring_ae[sid, slot], 1.0 / weff
-                    weff = min(windows[q + 1], k)
-                    slot = (k - weff) % RING
-                    c1, c2, c3, c4 = _choose_quad(
-                        a1, b1, a2, b2, inv12, rs, ring_se[sid, slot], ra, ring_ae[sid, slot], 1.0 / weff
-                    )
-                    if q < 0:
-                        choice[0], choice[1] = c1, c2
-                    else:
-                        choice[2 + q], choice[2 + nw + q] = c1, c2
-                    choice[3 + q], choice[3 + nw + q] = c3, c4
-            for j in range(n_sel):
-                sel_choice[sid, j] = choice[j]
-                sel_pending[sid, j] = f[choice[j]]
-            # 5. final forecasts
-            if flat:
-                _errors(run_se, ring_se, cum_se, sid, k, sel_window, err)
-                prim = _argmin(err)
-                mse_f = f[prim]
-                _errors(run_ae, ring_ae, cum_ae, sid, k, sel_window, err)
-                mae_f = f[_argmin(err)]
-            else:
-                bm = _argmin(sel_se[sid])
-                ba = _argmin(sel_ae[sid])
-                mse_f = f[choice[bm]]
-                mae_f = f[choice[ba]]
-                prim = choice[bm]
-            fin_mse_f[sid] = mse_f
-            fin_mae_f[sid] = mae_f
-            primary_out[i] = prim
-            mse_out[i] = mse_f
-            mae_out[i] = mae_f
-            sigma_out[i] = np.sqrt(fin_se[sid] / fin_n[sid]) if fin_n[sid] > 0 else np.nan
-            # 6. re-base the running sums every 1000 scores
-            if scored and k % 1000 == 0:
-                bslot = (k + 1) % RING
-                for g in range(n_primary):
-                    bse = ring_se[sid, bslot, g]
-                    bae = ring_ae[sid, bslot, g]
-                    for r in range(RING):
-                        ring_se[sid, r, g] -= bse
-                        ring_ae[sid, r, g] -= bae
-                    run_se[sid, g] -= bse
-                    run_ae[sid, g] -= bae
+                        choice[2 + q], choice[2 + nw + q] = _select(
+                            run_se, run_ae, ring_se, ring_ae, sid, slot, 1.0 / weff
+                        )
+                for j in range(n_sel):
+                    sel_choice[sid, j] = choice[j]
+                    sel_pending[sid, j] = f[choice[j]]
+                # 5. final forecasts
+                if flat:
+                    _errors(run_se, ring_se, cum_se, sid, k, sel_window, err)
+                    prim = _argmin(err)
+                    mse_f = f[prim]
+                    _errors(run_ae, ring_ae, cum_ae, sid, k, sel_window, err)
+                    mae_f = f[_argmin(err)]
+                else:
+                    bm = _argmin_row(sel_se, sid)
+                    ba = _argmin_row(sel_ae, sid)
+                    mse_f = f[choice[bm]]
+                    mae_f = f[choice[ba]]
+                    prim = choice[bm]
+                fin_mse_f[sid] = mse_f
+                fin_mae_f[sid] = mae_f
+                primary_out[i] = prim
+                mse_out[i] = mse_f
+                mae_out[i] = mae_f
+                sigma_out[i] = np.sqrt(fin_se[sid] / fin_n[sid]) if fin_n[sid] > 0 else np.nan
+                # 6. re-base the running sums every 1000 scores
+                if scored and k % 1000 == 0:
+                    bslot = (k + 1) % RING
+                    for g in range(n_primary):
+                        bse = ring_se[sid, bslot, g]
+                        bae = ring_ae[sid, bslot, g]
+                        for r in range(RING):
+                            ring_se[sid, r, g] -= bse
+                            ring_ae[sid, r, g] -= bae
+                        run_se[sid, g] -= bse
+                        run_ae[sid, g] -= bae

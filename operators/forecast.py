@@ -48,9 +48,9 @@ RING = 101  # cumulative-error ring length (>= largest window + 1)
 ADAPTIVE = ((10, 5, 21, 1), (30, 21, 51, 5))  # (init, min, max, step)
 _TRIM = 0.3
 #: newest values the compiled kernel keeps sorted per series, per window: 5 and 31 (medians, sliding
-#: and trimmed means), 51 (trimmed mean), 22 and 56 (the adaptive medians' candidates up to 21 + 1
-#: and 51 + 5)
-SORTED_WINDOWS = (5, 22, 31, 51, 56)
+#: and trimmed means), 51 (trimmed mean), then one window per adaptive median holding its current w
+#: values (room for its largest w)
+SORTED_WINDOWS = (5, 31, 51, *(hi for _, _, hi, _ in ADAPTIVE))
 _WIN = sum(SORTED_WINDOWS)  # sorted-window cells per series
 _GAINS = np.array(GAINS)
 _ADAPTIVE = np.array(ADAPTIVE, dtype=np.int64)
@@ -272,7 +272,6 @@ class ForecastBank(Operator):
         # the compiled kernel's sorted window of each series' newest values: a cache rebuilt from
         # hist_ whenever win_n_ (the count it reflects) is stale, so it is never part of the state
         self.win_v_ = full((n, _WIN), np.nan)
-        self.win_s_ = full((n, _WIN), 0, np.int64)
         self.win_n_ = full((n,), -1, np.int64)
 
     def _grow_series(self, n: int) -> None:
@@ -339,7 +338,6 @@ class ForecastBank(Operator):
             self.fin_mse_f_,
             self.fin_mae_f_,
             self.win_v_,
-            self.win_s_,
             self.win_n_,
             _GAINS,
             _ADAPTIVE,

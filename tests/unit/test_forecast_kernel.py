@@ -55,12 +55,43 @@ def test_batches_split_anywhere_and_a_restore_give_the_same_forecasts() -> None:
 
 
 def test_the_kernel_windows_cover_the_adaptive_medians() -> None:
-    """Every median the bank takes fits in the sorted windows the kernel keeps."""
+    """The fixed windows the primaries read (5, 31, 51) and one window per adaptive median, with room
+    for its largest w, fit in the kernel's cache row."""
     from perfsift.operators import _nws_kernel as k
     from perfsift.operators.forecast import _WIN, ADAPTIVE
 
     assert _WIN == k.WIN_TOTAL
-    assert {5, 31, 51} <= set(k.CAPS.tolist())
-    for a, (_, _lo, hi, step) in enumerate(ADAPTIVE):
-        assert k.CAPS[k.ADAPT_BEFORE[a]] >= hi + step  # candidates w + step before the new value
-        assert k.CAPS[k.ADAPT_AFTER[a]] >= hi
+    assert k.CAPS[: k.N_FIXED].tolist() == [5, 31, 51]
+    assert [int(c) for c in k.CAPS[k.N_FIXED :]] == [hi for _, _, hi, _ in ADAPTIVE]
+    for _, lo, _hi, step in ADAPTIVE:
+        assert lo - step >= 1  # a candidate window is never empty
+
+
+def test_adaptive_windows_that_move_every_step_match_the_reference() -> None:
+    """Series built so the adaptive windows keep moving (alternating level shifts, rounded values with
+    many ties, a short history at first): the windows the kernel grows and shrinks by a step give
+    the reference's adaptive-median forecasts and the same winning methods."""
+    rng = np.random.default_rng(3)
+    p, t = 20, 400
+    level = np.where((np.arange(t) // rng.integers(3, 12, size=1)[0]) % 2 == 0, 0.0, 30.0)
+    vals = np.round(np.repeat(level, p)[:, None] + rng.normal(0, 3, (p * t, 2)), 0)
+    vals[:, 1] = np.round(rng.standard_cauchy(p * t), 1)  # heavy tails: the medians matter
+    b = Batch.from_columns(
+        ts=np.repeat(np.arange(t, dtype=float), p),
+        nodes=[f"n{i % p}" for i in range(p * t)],
+        metrics=["shift", "cauchy"],
+        values=vals,
+    )
+    ref_bank, fast_bank = ForecastBank(engine="numpy"), ForecastBank(engine="compiled")
+    moves, ws = 0, None
+    for start in range(0, p * t, 10 * p):  # ten steps per batch; w compared after each
+        chunk = b.take(np.arange(start, start + 10 * p))
+        ref, fast = ref_bank.update(chunk), fast_bank.update(chunk)
+        np.testing.assert_allclose(fast.values, ref.values, rtol=1e-12, atol=1e-12)
+        np.testing.assert_array_equal(fast.extra["method"], ref.extra["method"])
+        w = ref_bank.adapt_w_[: ref_bank.n_series_].copy()
+        np.testing.assert_array_equal(fast_bank.adapt_w_[: fast_bank.n_series_], w)
+        np.testing.assert_allclose(fast_bank.pending_[:, 16:], ref_bank.pending_[:, 16:], rtol=1e-12)
+        moves += 0 if ws is None else int((w != ws).sum())
+        ws = w
+    assert moves > 1000  # the windows did move, both ways and often
