@@ -10,6 +10,7 @@ Kubernetes pod, and shows the parent the same face the live view and the summary
 
 from __future__ import annotations
 
+import copy
 import multiprocessing
 import signal
 import time
@@ -30,7 +31,10 @@ def _child(name: str, cfg: PipelineConfig, props: dict[str, str], embedded: bool
     thread = run_in_thread(runner, on_error=failures.append)
 
     def report() -> None:
-        send.send(("state", runner.stats, runner.job_summaries(), bool(runner.assigned()), runner.guarantee))
+        # the counters are copied before the summaries are read, so a parent that sees every record
+        # counted also gets summaries that include them
+        stats = copy.copy(runner.stats)
+        send.send(("state", stats, runner.job_summaries(), bool(runner.assigned()), runner.guarantee))
 
     while thread.is_alive():
         if stop.wait(REPORT_S):
