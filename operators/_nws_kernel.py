@@ -9,8 +9,9 @@ faster on four counts:
   reference's to rounding) and, per adaptive median, one of exactly its current w values. A new
   value costs one binary search and one shift per window. The adaptive median's candidates
   w ± step then differ from its window by at most step values (the oldest ones, or the next older
-  ones from the history ring), so each is a few order statistics away instead of a scan; when w
-  moves, the window drops or merges in those few values in one pass. Equal values are
+  ones from the history ring), so each is a few order statistics away instead of a scan: the k-th
+  value of the window without (or merged with) d sorted values takes d comparisons, no search; when
+  w moves, the window drops or merges in those few values in one pass. Equal values are
   interchangeable in a sorted window, so no arrival indexes are kept;
 - the 16 selectors take their minima in branch-free loops LLVM vectorises (``llvm.minnum``, then an
   integer minimum for the first index within TIE), MSE and MAE of a window in one loop;
@@ -19,11 +20,14 @@ faster on four counts:
 - the items of one series in a batch run back to back while its state is in cache, and series run
   in parallel.
 
-Throughput: ``bench/bench_contract_forecast.py``, ``docs/benchmarks.md``. Where the time goes now (one
-thread, per update, by taking parts out): the adaptive median of window 21-51 (step 5) about a third,
-the selectors about a quarter. The error-ring rows the next series will read are prefetched while the current one runs.
+Throughput: ``bench/bench_contract_forecast.py``, ``docs/benchmarks.md``. The kernel writes each
+item's outputs straight into the caller's flat output cells (no scatter afterwards). The error-ring
+rows the next series will read are prefetched while the current one runs. Where the time went
+before the comparison-only candidates (one thread, per update, by taking parts out): the adaptive
+median of window 21-51 (step 5) about a third, the selectors about a quarter; the candidates then
+cost one binary search per leaving or joining value, and dropping those searches gave 1.18x.
 Tried and dropped (no gain, measured in one process, alternating): a branch-free binary search,
-and branch-free counting instead of binary searches for the candidates.
+and counting over the whole window instead of binary searches for the candidates.
 """
 
 from __future__ import annotations
@@ -254,37 +258,30 @@ def _sort_small(v: np.ndarray, d: int) -> None:
 
 
 @njit(cache=True, inline="always", error_model="numpy")
-def _positions(wv: np.ndarray, sid: int, o: int, m: int, vals: np.ndarray, d: int, pos: np.ndarray) -> None:
-    """Distinct ascending indexes (from o) of the sorted values vals[:d], all in the window: equal
-    values take consecutive copies."""
-    for j in range(d):
-        if j > 0 and vals[j] == vals[j - 1]:
-            pos[j] = pos[j - 1] + 1
-        else:
-            pos[j] = _lower(wv, sid, o, m, vals[j]) - o
-
-
-@njit(cache=True, inline="always", error_model="numpy")
-def _without(wv: np.ndarray, sid: int, o: int, pos: np.ndarray, d: int, k: int) -> float:
-    """The k-th smallest (0-based) of the window without the entries at the ascending pos[:d]."""
-    j = k
+def _without(wv: np.ndarray, sid: int, o: int, vals: np.ndarray, d: int, k: int) -> float:
+    """The k-th smallest (0-based) of the window without the sorted vals[:d] (all in the window):
+    one comparison per removed value, no search. Each removed value at or below the current pick
+    pushes the pick one up; equal values are interchangeable, so which copy goes does not matter."""
+    j = o + k
     for i in range(d):
-        if pos[i] <= j:
+        if vals[i] <= wv[sid, j]:
             j += 1
-    return wv[sid, o + j]
+    return wv[sid, j]
 
 
 @njit(cache=True, inline="always", error_model="numpy")
-def _with(wv: np.ndarray, sid: int, o: int, vals: np.ndarray, ins: np.ndarray, d: int, k: int) -> float:
-    """The k-th smallest (0-based) of the window merged with the sorted vals[:d], vals[j] going to
-    merged index ins[j] (ascending)."""
-    before = 0
+def _with(wv: np.ndarray, sid: int, o: int, m: int, vals: np.ndarray, d: int, k: int) -> float:
+    """The k-th smallest (0-based) of the window (m values) merged with the sorted vals[:d]: t of
+    vals are among the k + 1 smallest, where vals[j] counts while it is no larger than the window's
+    (k - j)-th value (a prefix of vals, so the count needs no branch), and the k-th is the larger of
+    the last of vals taken and the window's (k - t)-th."""
+    t = 0
     for j in range(d):
-        if ins[j] == k:
-            return vals[j]
-        if ins[j] < k:
-            before += 1
-    return wv[sid, o + k - before]
+        r = k - j
+        t += 1 if r >= 0 and (r >= m or wv[sid, o + r] >= vals[j]) else 0
+    a = vals[t - 1] if t > 0 else -np.inf
+    b = wv[sid, o + k - t] if k - t >= 0 else -np.inf
+    return max(a, b)
 
 
 @njit(cache=True, inline="always", error_model="numpy")
@@ -298,21 +295,18 @@ def _oldest(hist: np.ndarray, sid: int, p: int, first: int, last: int, vals: np.
 
 
 @njit(cache=True, inline="always", error_model="numpy")
-def _candidate(
-    wv: np.ndarray, hist: np.ndarray, sid: int, p: int, o: int, m: int, c: int, vals: np.ndarray, pos: np.ndarray
-) -> float:
+def _candidate(wv: np.ndarray, hist: np.ndarray, sid: int, p: int, o: int, m: int, c: int, vals: np.ndarray) -> float:
     """Median of the newest c values (next ring write at p) from the sorted window at offset o of
     the newest m: without its m - c oldest when c < m, with the c - m next older when c > m."""
     if c == m:
         return _median_of(wv, sid, o, m)
     if c < m:
         d = _oldest(hist, sid, p, c, m, vals)
-        _positions(wv, sid, o, m, vals, d, pos)
-        return 0.5 * (_without(wv, sid, o, pos, d, (c - 1) // 2) + _without(wv, sid, o, pos, d, c // 2))
+        hi = _without(wv, sid, o, vals, d, c // 2)
+        return hi if c % 2 else 0.5 * (_without(wv, sid, o, vals, d, c // 2 - 1) + hi)
     d = _oldest(hist, sid, p, m, c, vals)
-    for j in range(d):
-        pos[j] = _lower(wv, sid, o, m, vals[j]) - o + j
-    return 0.5 * (_with(wv, sid, o, vals, pos, d, (c - 1) // 2) + _with(wv, sid, o, vals, pos, d, c // 2))
+    hi = _with(wv, sid, o, m, vals, d, c // 2)
+    return hi if c % 2 else 0.5 * (_with(wv, sid, o, m, vals, d, c // 2 - 1) + hi)
 
 
 @njit(cache=True, inline="always", error_model="numpy")
@@ -326,7 +320,6 @@ def _resize(
     m1: int,
     xv: float,
     vals: np.ndarray,
-    pos: np.ndarray,
 ) -> None:
     """Turn the sorted window at offset o of the newest m values (next ring write at p, xv not yet
     written) into that of the newest m1 values counting xv: the old values of ages m1 - 1 .. m - 1
@@ -353,10 +346,10 @@ def _resize(
         _replace(wv, sid, o, m, hist[sid, _back(p, m - 1)], xv)
         return
     d = _oldest(hist, sid, p, m1 - 1, m, vals)  # several leave: compact in one pass, then insert xv
-    _positions(wv, sid, o, m, vals, d, pos)
-    w, r = o + pos[0], 0
-    for i in range(o + pos[0], o + m):
-        if r < d and i == o + pos[r]:
+    w = _lower(wv, sid, o, m, vals[0])  # nothing below the smallest leaver moves
+    r = 0
+    for i in range(w, o + m):
+        if r < d and wv[sid, i] == vals[r]:  # a leaver (the values are never NaN)
             r += 1
         else:
             wv[sid, w] = wv[sid, i]
@@ -413,6 +406,7 @@ def _trimmed_of(wv: np.ndarray, sid: int, o: int, m: int) -> float:
 def step(  # type: ignore[no-untyped-def]
     s,
     x,
+    dest,
     seg,
     hist,
     pos,
@@ -453,7 +447,8 @@ def step(  # type: ignore[no-untyped-def]
     """Feed x[i] to series s[i]. Items come in segments ``seg[q] .. seg[q + 1] - 1`` of one series
     each, in arrival order, so a series' successive values are handled while its state is in cache;
     segments (distinct series) run in parallel. Per item: the primary behind the final forecast,
-    the MSE and MAE forecasts of the next value and sigma = sqrt(realised MSE)."""
+    the MSE and MAE forecasts of the next value and sigma = sqrt(realised MSE), written at index
+    dest[i] of the output arrays (the caller's flat cell of the item, so no scatter follows)."""
     n_primary = pending.shape[1]
     n_sel = sel_pending.shape[1]
     n_seg = seg.shape[0] - 1
@@ -464,7 +459,6 @@ def step(  # type: ignore[no-untyped-def]
         err = np.empty(n_primary)
         choice = np.empty(n_sel, dtype=np.int64)
         vals = np.empty(8)  # the few values that join or leave an adaptive window
-        vpos = np.empty(8, dtype=np.int64)
         w_before = np.empty(n_adapt, dtype=np.int64)
         errs = np.empty(3)
         q0, q1 = chunk * n_seg // n_chunks, (chunk + 1) * n_seg // n_chunks
@@ -522,8 +516,8 @@ def step(  # type: ignore[no-untyped-def]
                         o, m = OFFSETS[N_FIXED + a], min(w, n_before)
                         # tried in the order w, w - step, w + step; ties keep the first
                         errs[0] = (xv - _median_of(win_v, sid, o, m)) ** 2
-                        errs[1] = (xv - _candidate(win_v, hist, sid, p0, o, m, min(w - stp, n_before), vals, vpos)) ** 2
-                        errs[2] = (xv - _candidate(win_v, hist, sid, p0, o, m, min(w + stp, n_before), vals, vpos)) ** 2
+                        errs[1] = (xv - _candidate(win_v, hist, sid, p0, o, m, min(w - stp, n_before), vals)) ** 2
+                        errs[2] = (xv - _candidate(win_v, hist, sid, p0, o, m, min(w + stp, n_before), vals)) ** 2
                         c = _argmin(errs)
                         best = w if c == 0 else (w - stp if c == 1 else w + stp)
                         adapt_w[sid, a] = min(max(best, lo), hi)
@@ -537,9 +531,7 @@ def step(  # type: ignore[no-untyped-def]
                         _replace(win_v, sid, o, cap, hist[sid, _back(p0, cap - 1)], xv)
                 for a in range(n_adapt):
                     o = OFFSETS[N_FIXED + a]
-                    _resize(
-                        win_v, hist, sid, p0, o, min(w_before[a], n_before), min(adapt_w[sid, a], n), xv, vals, vpos
-                    )
+                    _resize(win_v, hist, sid, p0, o, min(w_before[a], n_before), min(adapt_w[sid, a], n), xv, vals)
                 hist[sid, p0] = xv
                 pos[sid] = (p0 + 1) % HISTORY
                 count[sid] = n
@@ -594,10 +586,10 @@ def step(  # type: ignore[no-untyped-def]
                     prim = choice[bm]
                 fin_mse_f[sid] = mse_f
                 fin_mae_f[sid] = mae_f
-                primary_out[i] = prim
-                mse_out[i] = mse_f
-                mae_out[i] = mae_f
-                sigma_out[i] = np.sqrt(fin_se[sid] / fin_n[sid]) if fin_n[sid] > 0 else np.nan
+                primary_out[dest[i]] = prim
+                mse_out[dest[i]] = mse_f
+                mae_out[dest[i]] = mae_f
+                sigma_out[dest[i]] = np.sqrt(fin_se[sid] / fin_n[sid]) if fin_n[sid] > 0 else np.nan
                 # 6. re-base the running sums every 1000 scores
                 if scored and k % 1000 == 0:
                     bslot = (k + 1) % RING

@@ -300,19 +300,19 @@ class ForecastBank(Operator):
         return sid
 
     # -- one step for many series -------------------------------------------------------------------
-    def _step_compiled(self, s: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, ...]:
-        """Feed x[i] to series s[i] (series may repeat; arrival order = item order); return per item
-        the primary behind the final forecast, the MSE and MAE forecasts and sigma."""
+    def _step_compiled(self, s: np.ndarray, x: np.ndarray, cell: np.ndarray, outs: tuple[np.ndarray, ...]) -> None:
+        """Feed x[i] to series s[i] (series may repeat; arrival order = item order). The kernel
+        writes item i's primary behind the final forecast, MSE and MAE forecasts and sigma straight
+        into cell[i] of the flat arrays ``outs`` (in that order)."""
         from perfsift.operators import _nws_kernel
 
         order = np.argsort(s, kind="stable")
         ss = np.ascontiguousarray(s[order], dtype=np.int64)
         seg = np.flatnonzero(np.r_[True, ss[1:] != ss[:-1], True]).astype(np.int64)
-        k = len(s)
-        primary, mse, mae, sigma = np.empty(k, np.int64), np.empty(k), np.empty(k), np.empty(k)
         _nws_kernel.step(
             ss,
             np.ascontiguousarray(x[order], dtype=np.float64),
+            np.ascontiguousarray(cell[order], dtype=np.int64),
             seg,
             self.hist_,
             self.pos_,
@@ -345,15 +345,8 @@ class ForecastBank(Operator):
             self.mode == "flat",
             int(self.sel_window),
             bool(self.nws_compat),
-            primary,
-            mse,
-            mae,
-            sigma,
+            *outs,
         )
-        out = [np.empty_like(a) for a in (primary, mse, mae, sigma)]
-        for o, a in zip(out, (primary, mse, mae, sigma), strict=True):
-            o[order] = a
-        return tuple(out)
 
     def _step(self, s: np.ndarray, x: np.ndarray) -> np.ndarray:
         """numpy reference: feed x[i] to series s[i] (distinct series); return the primary behind
@@ -506,11 +499,12 @@ class ForecastBank(Operator):
         if k and self.engine == "compiled":
             cols = self.cols_.metric_columns(batch.metrics)
             keys = self.cols_.row_keys(batch)
-            ri, ci = np.nonzero(~np.isnan(batch.values))  # row-major: arrival order per series
-            if len(ri):
-                sid = self._series(keys[ri], cols[ci])
-                prim, mse, mae, sig = self._step_compiled(sid, batch.values[ri, ci])
-                out[ri, ci], mae_f[ri, ci], sigma[ri, ci], method[ri, ci] = mse, mae, sig, prim
+            values = np.ascontiguousarray(batch.values, dtype=np.float64).reshape(-1)
+            cell = np.flatnonzero(~np.isnan(values))  # row-major: arrival order per series
+            if len(cell):
+                sid = self._series(keys[cell // n], cols[cell % n])
+                outs = tuple(a.reshape(-1) for a in (method, out, mae_f, sigma))  # views: written in place
+                self._step_compiled(sid, values[cell], cell, outs)
         elif k:
             cols = self.cols_.metric_columns(batch.metrics)
             keys = self.cols_.row_keys(batch)

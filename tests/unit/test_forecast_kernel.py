@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from perfsift.operators import Batch
 from perfsift.operators.forecast import ForecastBank
 
@@ -95,3 +99,51 @@ def test_adaptive_windows_that_move_every_step_match_the_reference() -> None:
         moves += 0 if ws is None else int((w != ws).sum())
         ws = w
     assert moves > 1000  # the windows did move, both ways and often
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    window=st.lists(st.integers(0, 6), min_size=1, max_size=51),
+    extra=st.lists(st.integers(0, 6), max_size=5),
+    data=st.data(),
+)
+def test_order_statistics_without_and_with_a_few_values(window: list[int], extra: list[int], data: Any) -> None:
+    """The adaptive median's candidates: the k-th value of a sorted window without a few of its
+    values, or merged with a few more, by comparisons alone, equals the k-th of the sorted multiset
+    (small integers: many ties)."""
+    from perfsift.operators import _nws_kernel as kern
+
+    wv = np.full((2, 60), -1.0)
+    wv[1, 3 : 3 + len(window)] = sorted(window)  # row 1, offset 3: the kernel's (series, window) layout
+    gone = sorted(data.draw(st.permutations(window))[: data.draw(st.integers(0, min(5, len(window) - 1)))])
+    vals = np.array(gone + [0.0] * (8 - len(gone)))
+    rest = sorted(window)
+    for g in gone:
+        rest.remove(g)
+    for k in range(len(rest)):
+        assert kern._without(wv, 1, 3, vals, len(gone), k) == rest[k]
+    vals = np.array(sorted(extra) + [0.0] * (8 - len(extra)), dtype=float)
+    merged = sorted(window + extra)
+    for k in range(len(merged)):
+        assert kern._with(wv, 1, 3, len(window), vals, len(extra), k) == merged[k]
+
+
+def test_a_column_major_batch_gives_the_same_forecasts() -> None:
+    """The kernel writes into flat output cells: a batch whose values are column-major (or another
+    dtype) must land in the same cells as a row-major one."""
+    rng = np.random.default_rng(3)
+    p, t = 5, 80
+    vals = rng.normal(10, 2, (p * t, 3))
+    vals[rng.random(vals.shape) < 0.1] = np.nan
+
+    def batch(v: np.ndarray) -> Batch:
+        return Batch.from_columns(
+            ts=np.repeat(np.arange(t, dtype=float), p), nodes=[f"n{i % p}" for i in range(p * t)],
+            metrics=["a", "b", "c"], values=v,
+        )  # fmt: skip
+
+    c = ForecastBank(engine="compiled").update(batch(vals))
+    f = ForecastBank(engine="compiled").update(batch(np.asfortranarray(vals)))
+    np.testing.assert_array_equal(f.values, c.values)
+    np.testing.assert_array_equal(f.extra["method"], c.extra["method"])
+    assert np.isnan(c.values[np.isnan(vals)]).all() and not np.isnan(c.values[~np.isnan(vals)]).any()
