@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -13,9 +14,16 @@ from perfsift.streams.broker import EmbeddedBroker
 from perfsift.streams.runner import consumer_settings
 
 
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto``: one worker per core, at most four. Each worker starts its own broker (about
+    0.7 GB resident), and more workers would not shorten a suite led by a few long streaming tests."""
+    return max(1, min(4, os.cpu_count() or 1))
+
+
 @pytest.fixture(scope="session")
 def broker() -> Iterator[EmbeddedBroker]:
-    """One Tansu broker on 127.0.0.1 for the whole session (tests use unique topic prefixes)."""
+    """One Tansu broker on 127.0.0.1 per test worker for the whole session (tests use unique topic
+    prefixes)."""
     with EmbeddedBroker() as b:
         yield b
 
