@@ -264,8 +264,7 @@ def _without(wv: np.ndarray, sid: int, o: int, vals: np.ndarray, d: int, k: int)
     pushes the pick one up; equal values are interchangeable, so which copy goes does not matter."""
     j = o + k
     for i in range(d):
-        if vals[i] <= wv[sid, j]:
-            j += 1
+        j += vals[i] <= wv[sid, j]  # a select, not a branch: the outcome is a coin toss
     return wv[sid, j]
 
 
@@ -278,10 +277,31 @@ def _with(wv: np.ndarray, sid: int, o: int, m: int, vals: np.ndarray, d: int, k:
     t = 0
     for j in range(d):
         r = k - j
-        t += 1 if r >= 0 and (r >= m or wv[sid, o + r] >= vals[j]) else 0
+        t += (r >= 0) & ((r >= m) | (wv[sid, o + min(max(r, 0), m - 1)] >= vals[j]))
     a = vals[t - 1] if t > 0 else -np.inf
     b = wv[sid, o + k - t] if k - t >= 0 else -np.inf
     return max(a, b)
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def _cswap(v: np.ndarray, i: int, j: int) -> None:
+    a, b = v[i], v[j]
+    v[i] = min(a, b)
+    v[j] = max(a, b)
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def _sort5(v: np.ndarray) -> None:
+    """v[:5] sorted by a 9-comparator network: no branch to mispredict."""
+    _cswap(v, 0, 1)
+    _cswap(v, 3, 4)
+    _cswap(v, 2, 4)
+    _cswap(v, 2, 3)
+    _cswap(v, 0, 3)
+    _cswap(v, 0, 2)
+    _cswap(v, 1, 4)
+    _cswap(v, 1, 3)
+    _cswap(v, 1, 2)
 
 
 @njit(cache=True, inline="always", error_model="numpy")
@@ -290,7 +310,10 @@ def _oldest(hist: np.ndarray, sid: int, p: int, first: int, last: int, vals: np.
     d = last - first
     for j in range(d):
         vals[j] = hist[sid, _back(p, first + j)]
-    _sort_small(vals, d)
+    if d == 5:
+        _sort5(vals)
+    else:
+        _sort_small(vals, d)
     return d
 
 
