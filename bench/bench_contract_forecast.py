@@ -84,6 +84,19 @@ def bench_forecast(nodes: int = 1000, metrics: int = 12, steps: int = 10) -> dic
     return out
 
 
+#: what one run cannot show: this VM's speed drifts, so kernel changes are judged by same-process,
+#: alternating comparisons (outputs checked equal first); kept with the results
+NOTES = (
+    "This VM's speed drifts by up to about 25 % within an hour (the contract row, unchanged code, has read "
+    "725k to 992k samples/s), so the forecaster's gains are read from same-process comparisons, old and new "
+    "code alternating on the same batches with equal outputs. Against the kernel of 5b12f9a (1.01M series-"
+    "updates/s in its own run): the comparison-only adaptive-median candidates and outputs written straight "
+    "into their cells gave 1.25x on 2 threads (two runs) and 1.24x on one; the branch-free candidate picks and "
+    "the 5-value sorting network then 1.05x-1.10x. Runs of this script at different times on 2026-11-22: "
+    "1.21M (16:40) and the recorded run below."
+)
+
+
 def main() -> None:
     c = bench_contract()
     print(
@@ -100,6 +113,7 @@ def main() -> None:
         {
             "benchmark": "contract evaluation and NWS forecasting on column batches",
             "script": "bench_contract_forecast",
+            "notes": NOTES,
             "contract": c,
             "forecast": f,
             "rows": [
