@@ -92,8 +92,8 @@ NOTES = (
     "code alternating on the same batches with equal outputs. Against the kernel of 5b12f9a (1.01M series-"
     "updates/s in its own run): the comparison-only adaptive-median candidates and outputs written straight "
     "into their cells gave 1.25x on 2 threads (two runs) and 1.24x on one; the branch-free candidate picks and "
-    "the 5-value sorting network then 1.05x-1.10x. Runs of this script at different times on 2026-11-22: "
-    "1.21M (16:40) and the recorded run below."
+    "the 5-value sorting network then 1.05x-1.10x. Runs of this script on 2026-11-22: 1.21M at 16:40 (contract "
+    "992k) and 1.25M at 16:49, the recorded run, in a slower phase (contract 852k)."
 )
 
 
