@@ -20,7 +20,8 @@ faster on four counts:
 - the items of one series in a batch run back to back while its state is in cache, and series run
   in parallel.
 
-Throughput: ``bench/bench_contract_forecast.py``, ``docs/benchmarks.md``. The kernel writes each
+Throughput: ``bench/bench_contract_forecast.py``, ``docs/benchmarks.md``; compare a change with
+``python -m bench.ab_forecast REV`` (same process, alternating). The kernel writes each
 item's outputs straight into the caller's flat output cells (no scatter afterwards). The error-ring
 rows the next series will read are prefetched while the current one runs. Where the time went
 before the comparison-only candidates (one thread, per update, by taking parts out): the adaptive
