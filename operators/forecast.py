@@ -300,19 +300,20 @@ class ForecastBank(Operator):
         return sid
 
     # -- one step for many series -------------------------------------------------------------------
-    def _step_compiled(self, s: np.ndarray, x: np.ndarray, cell: np.ndarray, outs: tuple[np.ndarray, ...]) -> None:
-        """Feed x[i] to series s[i] (series may repeat; arrival order = item order). The kernel
-        writes item i's primary behind the final forecast, MSE and MAE forecasts and sigma straight
-        into cell[i] of the flat arrays ``outs`` (in that order)."""
+    def _step_compiled(self, s: np.ndarray, values: np.ndarray, cell: np.ndarray, outs: tuple[np.ndarray, ...]) -> None:
+        """Feed values[cell[i]] to series s[i] (series may repeat; arrival order = item order). The
+        kernel writes item i's primary behind the final forecast, MSE and MAE forecasts and sigma
+        straight into cell[i] of the flat arrays ``outs`` (in that order)."""
         from perfsift.operators import _nws_kernel
 
         order = np.argsort(s, kind="stable")
         ss = np.ascontiguousarray(s[order], dtype=np.int64)
         seg = np.flatnonzero(np.r_[True, ss[1:] != ss[:-1], True]).astype(np.int64)
+        dest = np.ascontiguousarray(cell[order], dtype=np.int64)
         _nws_kernel.step(
             ss,
-            np.ascontiguousarray(x[order], dtype=np.float64),
-            np.ascontiguousarray(cell[order], dtype=np.int64),
+            values[dest],  # one gather, in series order
+            dest,
             seg,
             self.hist_,
             self.pos_,
@@ -504,7 +505,7 @@ class ForecastBank(Operator):
             if len(cell):
                 sid = self._series(keys[cell // n], cols[cell % n])
                 outs = tuple(a.reshape(-1) for a in (method, out, mae_f, sigma))  # views: written in place
-                self._step_compiled(sid, values[cell], cell, outs)
+                self._step_compiled(sid, values, cell, outs)
         elif k:
             cols = self.cols_.metric_columns(batch.metrics)
             keys = self.cols_.row_keys(batch)
