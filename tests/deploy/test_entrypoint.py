@@ -66,7 +66,13 @@ def test_container_command_line_becomes_ready_processes_and_stops_on_sigterm(kaf
         publish_samples(kafka, cfg.topic("perf.clean"), samples)  # the smooth stage reads perf.clean
         out = read_topic(kafka, cfg.topic("perf.smoothed"), lambda r: len(r) >= 90)
         assert len(out) == 90
-        code, metrics = get(f"http://127.0.0.1:{port}/metrics")
+        # the counters move right after the batch is handed to the producer: allow that instant
+        deadline = time.monotonic() + 10
+        while True:
+            code, metrics = get(f"http://127.0.0.1:{port}/metrics")
+            if 'perfsift_records_in_total{stage="smooth"} 90.0' in metrics or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
         assert code == 200 and 'perfsift_records_in_total{stage="smooth"} 90.0' in metrics
         assert 'perfsift_topic_records_out_total{stage="smooth",topic="perf.smoothed"} 90.0' in metrics
         assert get(f"http://127.0.0.1:{port}/nope")[0] == 404
