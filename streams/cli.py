@@ -15,7 +15,7 @@ from typing import Annotated, Any
 
 import orjson
 import typer
-from confluent_kafka import Consumer, KafkaError
+from confluent_kafka import Consumer, KafkaError, KafkaException
 from perfsift.producers import demo_trace_path, number_samples
 from perfsift.producers.traces import iter_samples
 from perfsift.schemas import RecordError
@@ -201,6 +201,12 @@ def worker(
     http_port: Annotated[
         int, typer.Option(envvar="PERFSIFT_HTTP_PORT", help="Port of /healthz, /readyz and /metrics (0 = off).")
     ] = 8080,
+    http_host: Annotated[
+        str,
+        typer.Option(
+            envvar="PERFSIFT_HTTP_HOST", help="Address the HTTP endpoints listen on (127.0.0.1 keeps them local)."
+        ),
+    ] = "0.0.0.0",
     idle_exit: Annotated[
         float | None, typer.Option("--idle-exit", help="Drain and exit after this many seconds without input.")
     ] = None,
@@ -213,11 +219,19 @@ def worker(
     if not bootstrap:
         raise fail("worker needs --bootstrap (or PERFSIFT_BOOTSTRAP); `perfsift run` runs everything embedded")
     props = kafka_properties(bootstrap, parse_props(kafka_prop))
+    runner = StageRunner(st, cfg, props)
+    try:  # bound before Kafka is asked anything: a local mistake fails at once
+        health = HealthServer(runner, http_port, http_host) if http_port else None
+    except OSError as exc:
+        raise fail(
+            f"cannot serve /healthz and /metrics on {http_host}:{http_port}: {exc.strerror or exc}; "
+            "choose another --http-port (0 turns the endpoints off)"
+        ) from None
     if create_topics:
         create_pipeline_topics(cfg, props)
-    runner = StageRunner(st, cfg, props)
     runner.resolve_guarantee()
-    health = HealthServer(runner, http_port).start() if http_port else None
+    if health is not None:
+        health.start()
     console.print(
         f"stage [bold]{stage}[/bold]: {cfg.topic(st.input)} -> {', '.join(cfg.topic(o) for o in st.outputs)}"
         f" ({runner.guarantee}, group {runner.group_id})"
@@ -583,7 +597,13 @@ app.add_typer(kb_app, name="kb")
 
 
 def main() -> None:
-    app()
+    try:
+        app()
+    except KafkaException as exc:  # e.g. no broker at --bootstrap: one line, not a traceback
+        err = exc.args[0] if exc.args else None
+        what = err.str() if isinstance(err, KafkaError) else str(exc)
+        fail(f"Kafka: {what} (check --bootstrap / PERFSIFT_BOOTSTRAP and the -X client settings)")
+        sys.exit(1)
 
 
 __all__ = ["app", "main"]

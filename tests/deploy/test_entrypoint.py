@@ -39,6 +39,7 @@ def test_container_command_line_becomes_ready_processes_and_stops_on_sigterm(kaf
         **os.environ,
         "PERFSIFT_BOOTSTRAP": kafka["bootstrap.servers"],
         "PERFSIFT_HTTP_PORT": str(port),
+        "PERFSIFT_HTTP_HOST": "127.0.0.1",  # the image listens on 0.0.0.0; tests stay on loopback
         "PERFSIFT_TOPIC_PREFIX": prefix,
         "PERFSIFT_COMMIT_INTERVAL_S": "0.2",
         "PERFSIFT_KAFKA_CLIENT_ID": "entrypoint-test",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 from pathlib import Path
 
 import pytest
@@ -73,6 +74,26 @@ def test_unknown_stage_and_missing_bootstrap_are_clear() -> None:
     assert r.returncode == 2 and "no stage 'nosuch'" in r.stderr
     r = perfsift("produce", __file__, "--topic", "perf.raw")
     assert r.returncode == 2 and "needs --bootstrap" in r.stderr
+
+
+def test_worker_on_a_busy_http_port_says_so() -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        r = perfsift("worker", "node", "--bootstrap", "127.0.0.1:1", "--no-create-topics",
+                     "--http-host", "127.0.0.1", "--http-port", str(port))  # fmt: skip
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert f"cannot serve /healthz and /metrics on 127.0.0.1:{port}" in r.stderr.replace("\n", "")
+
+
+def test_no_broker_at_bootstrap_is_one_clear_line() -> None:
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    r = perfsift("run", "--bootstrap", f"127.0.0.1:{port}", "--no-report", timeout=120)
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    assert "error: Kafka: Failed to get metadata" in r.stderr and "check --bootstrap" in r.stderr
 
 
 def test_run_with_a_contract_shows_the_violated_nodes(tmp_path: Path) -> None:

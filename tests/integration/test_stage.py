@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import base64
 import os
+import re
 import signal
 import subprocess
 import sys
 import threading
 import time
+import urllib.request
 import warnings
 from pathlib import Path
 
 import numpy as np
 import orjson
 import pytest
+from perfsift.streams.broker import free_port
 from perfsift.streams.config import load_pipeline
 from perfsift.streams.publish import publish_samples
 from perfsift.streams.runner import StageRunner, run_in_thread
@@ -145,11 +148,28 @@ def test_malformed_records_go_to_the_dead_letter_topic(kafka: dict, prefix: str,
         assert_close(rec["metrics"], want[(rec["node"], rec["seq"])])
 
 
-def start_worker(config: Path, bootstrap: str, log: Path) -> subprocess.Popen[bytes]:
-    cmd = [sys.executable, "-m", "perfsift", "worker", "smooth", "--config", str(config), "--bootstrap", bootstrap]
+def start_worker(config: Path, bootstrap: str, log: Path, http_port: int = 0) -> subprocess.Popen[bytes]:
+    cmd = [sys.executable, "-m", "perfsift", "worker", "smooth", "--config", str(config), "--bootstrap", bootstrap,
+           "--http-host", "127.0.0.1", "--http-port", str(http_port)]  # fmt: skip
     return subprocess.Popen(
         cmd, stdout=log.open("ab"), stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"}
     )
+
+
+def wait_for_partitions(port: int, worker: subprocess.Popen[bytes], log: Path, timeout: float = 60) -> None:
+    """Until the worker's /metrics reports assigned input partitions (it has joined its group)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert worker.poll() is None, log.read_text()[-3000:]
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
+                text = r.read().decode()
+        except OSError:
+            text = ""
+        if re.search(r"^perfsift_assigned_partitions\{[^}]*\} [1-9]", text, re.M):
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"no partitions assigned within {timeout} s; log:\n{log.read_text()[-3000:]}")
 
 
 def publish_paced(kafka: dict, topic: str, samples: list[dict], rate: float) -> threading.Thread:
@@ -174,7 +194,9 @@ def test_worker_killed_with_sigkill_loses_no_sample(kafka: dict, prefix: str, tm
     create_pipeline_topics(cfg, kafka)
     samples = make_samples(n_nodes=6, steps=1000, seed=5)
     log = tmp_path / "worker.log"
-    worker = start_worker(config, kafka["bootstrap.servers"], log)
+    port = free_port()
+    worker = start_worker(config, kafka["bootstrap.servers"], log, port)
+    wait_for_partitions(port, worker, log)  # so the kill below lands while the publisher still runs
     publisher = publish_paced(kafka, cfg.topic("perf.raw"), samples, rate=2000)
     read_topic(kafka, cfg.topic("perf.smoothed"), lambda r: len(r) >= len(samples) // 4, timeout=60)
     worker.send_signal(signal.SIGKILL)
