@@ -30,6 +30,7 @@ from perfsift.streams.config import (
     parse_settings,
 )
 from perfsift.streams.http import HealthServer
+from perfsift.streams.logs import LogFormat, LogLevel, current_logging, setup_logging
 from perfsift.streams.model_cli import balance_command, predict_command
 from perfsift.streams.procs import StageProcess
 from perfsift.streams.producer_cli import replay_command, sample_command, synth_command
@@ -66,14 +67,6 @@ SetOpt = Annotated[
     list[str] | None,
     typer.Option("--set", help="Override a pipeline setting, e.g. --set partitions=12 (beats YAML and PERFSIFT_*)."),
 ]
-
-
-def _setup_logging(verbose: bool) -> None:
-    logging.basicConfig(
-        level=logging.INFO if verbose else logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    # librdkafka reports every refused connection while brokers start or stop; keep errors only
-    logging.getLogger("perfsift.kafka").setLevel(logging.ERROR if not verbose else logging.INFO)
 
 
 def _pipeline(config: Path | None, settings: list[str] | None = None) -> PipelineConfig:
@@ -113,13 +106,32 @@ def version_callback(value: bool) -> None:
 
 @app.callback()
 def main_options(
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log progress and client messages.")] = False,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="Log progress and client messages (--log-level info).")
+    ] = False,
+    log_level: Annotated[
+        LogLevel | None,
+        typer.Option(
+            envvar="PERFSIFT_LOG_LEVEL",
+            case_sensitive=False,
+            help="Threshold of the log (default: warning; info with -v).",
+            show_default=False,
+        ),
+    ] = None,
+    log_format: Annotated[
+        LogFormat,
+        typer.Option(
+            envvar="PERFSIFT_LOG_FORMAT",
+            case_sensitive=False,
+            help="json: one JSON object per line on stderr (time, level, logger, message, stage, ...).",
+        ),
+    ] = LogFormat.text,
     version: Annotated[
         bool | None,
         typer.Option("--version", callback=version_callback, is_eager=True, help="Print the version and exit."),
     ] = None,
 ) -> None:
-    _setup_logging(verbose)
+    setup_logging(log_level or (LogLevel.info if verbose else LogLevel.warning), log_format)
 
 
 @app.command()
@@ -232,12 +244,21 @@ def worker(
     runner.resolve_guarantee()
     if health is not None:
         health.start()
-    console.print(
-        f"stage [bold]{stage}[/bold]: {cfg.topic(st.input)} -> {', '.join(cfg.topic(o) for o in st.outputs)}"
-        f" ({runner.guarantee}, group {runner.group_id})"
-    )
+    if current_logging()[1] is LogFormat.text:  # with JSON logs, stderr stays JSON: the runner logs its start
+        console.print(
+            f"stage [bold]{stage}[/bold]: {cfg.topic(st.input)} -> {', '.join(cfg.topic(o) for o in st.outputs)}"
+            f" ({runner.guarantee}, group {runner.group_id})"
+        )
+        if health is not None:
+            console.print(f"health and metrics on :{health.port} (/healthz /readyz /metrics)")
     if health is not None:
-        console.print(f"health and metrics on :{health.port} (/healthz /readyz /metrics)")
+        logging.getLogger("perfsift.worker").info(
+            "stage %s: /healthz /readyz /metrics on %s:%d",
+            stage,
+            http_host,
+            health.port,
+            extra={"stage": stage, "http_host": http_host, "http_port": health.port},
+        )
     with _stop_on_signals(runner.stop_event):
         try:
             stats = runner.run(idle_exit)

@@ -18,14 +18,24 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from perfsift.streams.config import PipelineConfig, StageConfig
+from perfsift.streams.logs import LogFormat, LogLevel, current_logging, setup_logging
 from perfsift.streams.runner import StageRunner, StageStats, run_in_thread
 
 REPORT_S = 0.1  # how often a child sends its counters
 
 
-def _child(name: str, cfg: PipelineConfig, props: dict[str, str], embedded: bool, stop: Any, send: Connection) -> None:
+def _child(
+    name: str,
+    cfg: PipelineConfig,
+    props: dict[str, str],
+    embedded: bool,
+    stop: Any,
+    send: Connection,
+    logs: tuple[LogLevel, LogFormat],
+) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the parent, which tells us to stop
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    setup_logging(*logs)  # a spawned interpreter starts with none: log as the parent does
     failures: list[BaseException] = []
     runner = StageRunner(cfg.stage(name), cfg, props, embedded=embedded)
     thread = run_in_thread(runner, on_error=failures.append)
@@ -62,7 +72,9 @@ class StageProcess:
         self._stop = ctx.Event()
         self._recv, send = ctx.Pipe(duplex=False)
         self.proc = ctx.Process(
-            target=_child, args=(stage.name, cfg, props, embedded, self._stop, send), name=f"stage-{stage.name}"
+            target=_child,
+            args=(stage.name, cfg, props, embedded, self._stop, send, current_logging()),
+            name=f"stage-{stage.name}",
         )
         self.proc.daemon = True
         self.proc.start()

@@ -259,6 +259,15 @@ class StageRunner:
             self._consumer.subscribe(
                 [self._in_topic], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
             )
+            log.info(
+                "stage %s: consuming %s as group %s (%s)",
+                self.stage.name,
+                self._in_topic,
+                self.group_id,
+                self.guarantee,
+                extra={"stage": self.stage.name, "topic": self._in_topic, "group": self.group_id,
+                       "instance": self.instance, "guarantee": self.guarantee},
+            )  # fmt: skip
             self._warm_up()  # while the group join runs in librdkafka's threads
             last_msg = time.monotonic()
             while not self.stop_event.is_set():
@@ -275,6 +284,14 @@ class StageRunner:
             self._commit()
         finally:
             self._close()
+        log.info(
+            "stage %s: stopped after %d records in, %d out, %d dead letters",
+            self.stage.name,
+            self.stats.records_in,
+            self.stats.records_out,
+            self.stats.dead_letters,
+            extra={"stage": self.stage.name, "instance": self.instance, "stats": self.stats.as_dict()},
+        )
         return self.stats
 
     def _warm_up(self) -> None:
@@ -470,6 +487,7 @@ class StageRunner:
     # -- rebalancing -------------------------------------------------------------------------------
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         snapshots = self._load_snapshots([p.partition for p in partitions]) if self.pipeline.snapshots else {}
+        restored: list[int] = []
         for tp in partitions:
             chain = self.stage.build_chain()
             for op in chain:
@@ -501,18 +519,43 @@ class StageRunner:
                     else:
                         tp.offset = part.next_offset = int(snap["next_offset"])
                         self.stats.restored_partitions += 1
+                        restored.append(tp.partition)
             self._parts[(tp.topic, tp.partition)] = part
         consumer.assign(partitions)
+        numbers = sorted(tp.partition for tp in partitions)
+        log.info(
+            "stage %s: assigned partitions %s of %s, %d restored from snapshots",
+            self.stage.name,
+            numbers,
+            self._in_topic,
+            len(restored),
+            extra={"stage": self.stage.name, "instance": self.instance, "event": "assigned", "partitions": numbers,
+                   "restored": sorted(restored)},
+        )  # fmt: skip
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         with contextlib.suppress(KafkaException, StageError):
             self._commit()
         for tp in partitions:
             self._parts.pop((tp.topic, tp.partition), None)
+        self._log_leaving("revoked", partitions, logging.INFO)
 
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         for tp in partitions:  # lost: another member may own them already; do not commit
             self._parts.pop((tp.topic, tp.partition), None)
+        self._log_leaving("lost", partitions, logging.WARNING)
+
+    def _log_leaving(self, event: str, partitions: list[TopicPartition], level: int) -> None:
+        numbers = sorted(tp.partition for tp in partitions)
+        log.log(
+            level,
+            "stage %s: partitions %s of %s %s",
+            self.stage.name,
+            numbers,
+            self._in_topic,
+            event,
+            extra={"stage": self.stage.name, "instance": self.instance, "event": event, "partitions": numbers},
+        )
 
     def _load_snapshots(self, partitions: list[int]) -> dict[int, dict[str, Any]]:
         """Latest snapshot of this stage per input partition, read from the state topic.

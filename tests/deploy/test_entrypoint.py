@@ -3,6 +3,7 @@ Kafka settings from the environment, against the embedded broker."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -43,6 +44,8 @@ def test_container_command_line_becomes_ready_processes_and_stops_on_sigterm(kaf
         "PERFSIFT_TOPIC_PREFIX": prefix,
         "PERFSIFT_COMMIT_INTERVAL_S": "0.2",
         "PERFSIFT_KAFKA_CLIENT_ID": "entrypoint-test",
+        "PERFSIFT_LOG_FORMAT": "json",  # as the Deployments set them
+        "PERFSIFT_LOG_LEVEL": "info",
     }
     cfg = load_pipeline(config, env=env)
     create_pipeline_topics(cfg, kafka)
@@ -82,5 +85,12 @@ def test_container_command_line_becomes_ready_processes_and_stops_on_sigterm(kaf
         rc = proc.wait(30)
     log = proc.stdout.read() if proc.stdout else ""
     assert rc == 0, log
-    assert "at_least_once" in log  # the embedded broker is recognised
-    assert '"records_in":90' in log
+    lines = [json.loads(line) for line in log.splitlines()]  # JSON logs: every line is an object
+    events = [x for x in lines if x.get("logger", "").startswith("perfsift.")]
+    assert all({"time", "level", "logger", "message"} <= x.keys() for x in events)
+    (start,) = [x for x in events if x.get("guarantee")]
+    assert start["guarantee"] == "at_least_once" and start["stage"] == "smooth"  # the embedded broker is recognised
+    assigned = [p for x in events if x.get("event") == "assigned" for p in x["partitions"]]
+    assert sorted(assigned) == list(range(cfg.partitions))
+    (stopped,) = [x for x in events if "stats" in x]
+    assert stopped["stats"]["records_in"] == 90 and lines[-1]["records_in"] == 90  # the last line: the counts
