@@ -17,8 +17,10 @@ from pathlib import Path
 import numpy as np
 import orjson
 import pytest
+from perfsift.operators import Batch
+from perfsift.operators.smooth import SlidingMean
 from perfsift.streams.broker import free_port
-from perfsift.streams.config import load_pipeline
+from perfsift.streams.config import OPERATORS, load_pipeline
 from perfsift.streams.publish import publish_samples
 from perfsift.streams.runner import StageRunner, run_in_thread
 from perfsift.streams.topics import create_pipeline_topics
@@ -146,6 +148,49 @@ def test_malformed_records_go_to_the_dead_letter_topic(kafka: dict, prefix: str,
     want = expected_means(good)
     for rec in out:
         assert_close(rec["metrics"], want[(rec["node"], rec["seq"])])
+
+
+class _Gated(SlidingMean):
+    """A sliding mean whose first update waits until the test opens the gate."""
+
+    entered = threading.Event()
+    gate = threading.Event()
+
+    def update(self, batch: Batch) -> Batch:
+        type(self).entered.set()
+        assert type(self).gate.wait(60), "the test never opened the gate"
+        return super().update(batch)
+
+
+def test_records_count_as_in_only_once_their_outputs_are_sent(
+    kafka: dict, prefix: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`perfsift run` ends, and reads the operators' summaries, when every stage has counted every
+    record in: so a record under way through the chain must not be counted yet (a race once let the
+    contract summary miss the last batch)."""
+    monkeypatch.setitem(OPERATORS, "gated_mean", _Gated)
+    path = write_pipeline(tmp_path, prefix)
+    path.write_text(path.read_text().replace("type: sliding_mean", "type: gated_mean"))
+    cfg = load_pipeline(path)
+    create_pipeline_topics(cfg, kafka)
+    samples = make_samples(n_nodes=3, steps=40)
+    runner = StageRunner(cfg.stage("smooth"), cfg, kafka, embedded=True)
+    thread = run_in_thread(runner)
+    try:
+        publish_samples(kafka, cfg.topic("perf.raw"), samples)
+        assert _Gated.entered.wait(60)
+        time.sleep(0.5)  # the loop is held inside the chain: nothing may count as processed
+        assert runner.stats.records_in == runner.stats.records_out == runner.stats.bytes_in == 0
+        _Gated.gate.set()
+        out = read_topic(kafka, cfg.topic("perf.smoothed"), lambda r: len(r) >= len(samples))
+        deadline = time.monotonic() + 10
+        while runner.stats.records_in < len(samples) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        _Gated.gate.set()
+        runner.stop()
+        thread.join(30)
+    assert len(out) == runner.stats.records_in == runner.stats.records_out == len(samples)
 
 
 def start_worker(config: Path, bootstrap: str, log: Path, http_port: int = 0) -> subprocess.Popen[bytes]:
