@@ -31,7 +31,7 @@ def batches(n: int, gaps: float, seed: int = 0) -> list[Batch]:
         vals[rng.random(vals.shape) < 0.005] *= 20
         if gaps:
             vals[rng.random(vals.shape) < gaps] = np.nan
-        ts = 1.7e9 + b * (ROWS // NODES + 1) + np.arange(ROWS) // NODES
+        ts = (1.7e9 + b * (ROWS // NODES + 1) + np.arange(ROWS) // NODES).astype(np.float64)
         out.append(Batch.from_columns(ts=ts, nodes=[f"n{i % NODES:03d}" for i in range(ROWS)],
                                       metrics=[f"m{j}" for j in range(METRICS)], values=vals))  # fmt: skip
     return out

@@ -43,8 +43,8 @@ def main() -> None:
             what = "first order" if method == "first-order" else f"Monte Carlo, {samples} draws"
             rows.append({"measure": f"SOR prediction, {nodes} nodes, {what}", "value": f"{rate:,.1f} predictions/s",
                          "target": ""})  # fmt: skip
-    samples, _ = sor(nodes=16, steps=300, seed=1)
-    batch = samples_to_batch(samples)
+    trace, _ = sor(nodes=16, steps=300, seed=1)
+    batch = samples_to_batch(trace)
     t = time.perf_counter()
     recs = ModelPredictor("sor", samples=2000).update(batch)
     el = time.perf_counter() - t

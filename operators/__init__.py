@@ -4,7 +4,7 @@ Nothing in this package imports Kafka or any other perfsift package: every opera
 used, tested and benchmarked on arrays alone.
 """
 
-from perfsift.operators.base import Operator, SnapshotError
+from perfsift.operators.base import Operator, Output, SnapshotError
 from perfsift.operators.batch import Batch
 from perfsift.operators.clean import Clean
 from perfsift.operators.contract import ContractMonitor
@@ -19,6 +19,7 @@ __all__ = [
     "Ewma",
     "ForecastBank",
     "Operator",
+    "Output",
     "ProjectionPursuit",
     "SlidingMean",
     "SnapshotError",

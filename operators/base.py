@@ -34,6 +34,10 @@ def warm_batch(metrics: tuple[str, ...] = ("a", "b", "c"), rows: int = 64, nodes
     )
 
 
+#: what ``update`` returns: a batch of samples for the next operator (or the stage's outputs), a
+#: list of records (selections, contract evaluations, ...), or records per topic (``emit: routed``)
+Output = Batch | list[dict[str, Any]] | dict[str, Any]
+
 _MAGIC = b"PSIFT-OP1"
 
 
@@ -85,9 +89,19 @@ class Operator:
         """Forget everything learned."""
         raise NotImplementedError
 
-    def update(self, batch: Batch) -> Batch:
-        """Consume a batch and return the output batch. Must not mutate ``batch``."""
+    def update(self, batch: Batch) -> Output:
+        """Consume a batch and return its output (see :data:`Output`). Must not mutate ``batch``."""
         raise NotImplementedError
+
+    def flush(self) -> Output | None:
+        """At the end of a finite input (``perfsift analyze``): what the operator still holds, e.g.
+        the last open period. None (the default) when it holds nothing back."""
+        return None
+
+    def summary(self) -> dict[str, dict[str, Any]]:
+        """Per job, what ``perfsift run``'s live view and summary show of this operator (kept
+        metrics, contract state, ...). Empty (the default) when it reports nothing."""
+        return {}
 
     # -- snapshots --------------------------------------------------------------------------
     def _state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:

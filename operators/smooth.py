@@ -20,7 +20,7 @@ def _smoothed(batch: Batch, values: np.ndarray, **extra: np.ndarray) -> Batch:
     """The batch with smoothed values and new columns. The cleaner's ``flags`` stay behind: they
     describe the values of perf.clean, not the means (sample.avsc), so a stage that cleans and
     smooths publishes the same smoothed records as two stages with a topic between them."""
-    out = batch.with_values(values, **extra)
+    out = batch.with_values(values, None, **extra)
     if "flags" in out.extra:
         out = replace(out, extra={k: v for k, v in out.extra.items() if k != "flags"})
     return out

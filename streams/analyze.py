@@ -106,7 +106,11 @@ class Analysis:
             if values:
                 stats.records_in += len(values)
                 stats.bytes_in += sum(map(len, values))
-                batch, _, errors = decode_samples(values, lambda i, t=st.input: f"{t}[{i}]", self.cfg.encoding)
+
+                def where(i: int, topic: str = st.input) -> str:
+                    return f"{topic}[{i}]"
+
+                batch, _, errors = decode_samples(values, where, self.cfg.encoding)
                 stats.dead_letters += len(errors)
                 self.errors += errors
                 if len(batch):
@@ -116,9 +120,8 @@ class Analysis:
                         self._send(wire, stats, topic, encoded)
             if final:
                 for op in self.chains[st.name]:
-                    flush = getattr(op, "flush", None)
-                    if callable(flush):
-                        outputs.append(flush())
+                    if (held := op.flush()) is not None:
+                        outputs.append(held)
             for out in outputs:
                 for topic, encoded in self._encode(st, out).items():
                     stats.records_out += len(encoded)
@@ -180,9 +183,7 @@ class Analysis:
         per_job = {}
         for chain in self.chains.values():
             for op in chain:
-                summary = getattr(op, "summary", None)
-                if callable(summary):
-                    per_job.update(summary())
+                per_job.update(op.summary())
         return {
             "stages": {
                 name: {

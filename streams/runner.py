@@ -38,7 +38,7 @@ from confluent_kafka import (
     Producer,
     TopicPartition,
 )
-from perfsift.operators import Batch, Operator, SnapshotError
+from perfsift.operators import Batch, Operator, Output, SnapshotError
 from perfsift.schemas import decode_samples, encode_batch, encode_records
 from perfsift.streams.config import EMITTERS, JSON_ENCODERS, PipelineConfig, StageConfig
 from perfsift.streams.logs import kafka_logger
@@ -216,12 +216,7 @@ class StageRunner:
         """Per job, what the operators that report one (``summary()``, e.g. reduce) say now: kept
         metrics, selection version, values in and out. Read from the processing thread's state
         without locking: a live view, not an exact snapshot."""
-        return merge_summaries(
-            op.summary()
-            for part in list(self._parts.values())
-            for op in part.chain
-            if callable(getattr(op, "summary", None))
-        )
+        return merge_summaries(op.summary() for part in list(self._parts.values()) for op in part.chain)
 
     # -- life cycle --------------------------------------------------------------------------------
     def stop(self) -> None:
@@ -390,7 +385,7 @@ class StageRunner:
         self.stats.records_in += len(ms)
         self.stats.bytes_in += sum(len(v) for v in values if v is not None)
 
-    def _emit(self, out: Batch | list[dict[str, Any]] | dict[str, Any], taps: Taps | None = None) -> None:
+    def _emit(self, out: Output, taps: Taps | None = None) -> None:
         outputs = encode_outputs(self.stage, out, self.pipeline.encoding)
         counts = [len(encoded) for encoded, _ in outputs.values()]
         # a routed stage sends different records to each topic; the others send the same ones to all
@@ -612,9 +607,7 @@ def _batch_keys(batch: Batch, kind: str) -> list[bytes]:
     return [encoded[i] for i in idx.tolist()]
 
 
-def encode_outputs(
-    stage: StageConfig, out: Batch | list[dict[str, Any]] | dict[str, Any], encoding: str
-) -> dict[str, tuple[list[bytes], list[bytes]]]:
+def encode_outputs(stage: StageConfig, out: Output, encoding: str) -> dict[str, tuple[list[bytes], list[bytes]]]:
     """A chain's output as (encoded records, message keys) per output topic (logical names).
 
     ``emit: samples`` encodes the batch once and keys it per topic by the topic's key (node, or job
@@ -660,10 +653,10 @@ Taps = list[tuple[tuple[str, ...], Batch]]
 
 def run_chain(
     stage: StageConfig, chain: list[Operator], batch: Batch, after: Callable[[Operator, Any, float], None] | None = None
-) -> tuple[Batch | list[dict[str, Any]] | dict[str, Any], Taps]:
+) -> tuple[Output, Taps]:
     """The chain's output, and the intermediate batches that operators with ``publish`` tap off
     (topics, batch). ``after(op, output, seconds)`` sees each operator's output and time."""
-    out: Batch | list[dict[str, Any]] | dict[str, Any] = batch
+    out: Output = batch
     taps: Taps = []
     for op, spec in zip(chain, stage.operators, strict=True):
         if not isinstance(out, Batch):

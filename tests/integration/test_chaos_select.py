@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import orjson
@@ -24,7 +25,7 @@ from perfsift.streams.topics import create_pipeline_topics
 
 from tests.conftest import read_topic
 
-REDUCE = {"pursuit": {"period": 20.0, "window": 5, "restarts": 3}, "full_every": 4}
+REDUCE: dict[str, Any] = {"pursuit": {"period": 20.0, "window": 5, "restarts": 3}, "full_every": 4}
 JOBS = ("alpha", "beta", "gamma", "delta")
 
 

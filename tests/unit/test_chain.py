@@ -7,6 +7,7 @@ from pathlib import Path
 
 import orjson
 import pytest
+from perfsift.operators import Batch
 from perfsift.producers.synth import spmd
 from perfsift.schemas import decode_samples, encode_batch
 from perfsift.streams.config import ConfigError, load_pipeline
@@ -39,8 +40,11 @@ def test_one_stage_equals_two_stages_with_a_topic_between(tmp_path: Path) -> Non
         out_c += encode_samples(taps, "json")["perf.clean"][0]
         # the two-stage way: clean, encode to perf.clean, decode, smooth
         cleaned = chain_c[0].update(batch)
+        assert isinstance(cleaned, Batch)
         wire = encode_batch(cleaned)
-        out_2 += encode_batch(chain_s[0].update(decode_samples(wire)[0]))
+        smoothed = chain_s[0].update(decode_samples(wire)[0])
+        assert isinstance(smoothed, Batch)
+        out_2 += encode_batch(smoothed)
         assert encode_samples(taps, "json")["perf.clean"][0] == wire
     assert out_m == out_2 and len(out_m) == len(samples)
     assert sum(b'"flags":[' in r for r in out_c) > 0  # the planted faults were flagged ...

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -81,7 +82,7 @@ def op(request: pytest.FixtureRequest) -> Operator:
 def test_split_batches_equal_one_batch(op: Operator) -> None:
     b = stream()
     whole = op.clone().update(b)
-    pieces = [op.update(b.take(np.arange(s, min(s + 137, len(b))))) for s in range(0, len(b), 137)]
+    pieces: list[Any] = [op.update(b.take(np.arange(s, min(s + 137, len(b))))) for s in range(0, len(b), 137)]
     if isinstance(whole, list):
         joined = [r for piece in pieces for r in piece]
         # jobs are independent streams; pursuit keys by period, predictions by time, output and node
@@ -120,10 +121,10 @@ def test_input_is_not_mutated(op: Operator) -> None:
 def test_key_order_within_a_batch_does_not_matter(op: Operator) -> None:
     """Interleaving of different keys changes nothing; only each key's own order counts."""
     b = stream(600)
-    out = op.clone().update(b)
+    out: Any = op.clone().update(b)  # a batch, records or routed records: branched on below
     keys = b.job_idx * 100 + b.node_idx
     perm = np.argsort(keys, kind="stable")  # all rows of one key together, order within kept
-    shuffled = op.clone().update(b.take(perm))
+    shuffled: Any = op.clone().update(b.take(perm))
     if isinstance(out, list):
         assert out and shuffled == out
     elif isinstance(out, dict):
@@ -145,12 +146,13 @@ def test_metrics_that_disappear_and_new_nodes(op: Operator) -> None:
     late = Batch.from_columns(
         ts=[1e4, 1e4 + 1], nodes=["new1", "n1"], metrics=["d", "zz"], values=[[1.0, np.nan], [np.nan, 3.0]]
     )
-    out = op.update(late)
+    out: Any = op.update(late)
     if isinstance(op, ModelPredictor):  # the new job lacks the model's metrics: nothing to predict, yet
         assert out == [] and op.counts_["not_ready"] >= 1
         return
     if isinstance(out, list):  # records at period ends: the new job's period closes with an explanation
-        flushed = [r for r in out + op.flush() if r["job"] == "default"]
+        held: Any = op.flush()  # the records of the periods still open
+        flushed = [r for r in out + held if r["job"] == "default"]
         assert flushed and all(r["skipped"] for r in flushed)
         return
     if isinstance(out, dict):  # routed: every sample still comes out, with what it has

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 from perfsift.operators import Batch
@@ -18,7 +20,7 @@ def engine(request: pytest.FixtureRequest) -> str:
 ENGINE = ["compiled"]
 
 
-def run(series: list[float] | np.ndarray, **kw: object) -> tuple[ForecastBank, Batch]:
+def run(series: list[float] | np.ndarray, **kw: Any) -> tuple[ForecastBank, Batch]:
     bank = ForecastBank(**{"engine": ENGINE[0], **kw})
     b = Batch.from_columns(
         ts=range(len(series)), nodes=["a"] * len(series), metrics=["x"], values=[[float(v)] for v in series]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 from perfsift.operators.redundancy import PairwiseMoments, cluster_features, constant_features, fisher_z
@@ -159,7 +161,7 @@ def test_exactly_collinear_columns_are_dropped_not_fatal() -> None:
     assert reg.collinear == ["b"] and "a" in reg.terms
 
 
-def table(seed: int, **kw: object) -> tuple[np.ndarray, np.ndarray, list[str]]:
+def table(seed: int, **kw: Any) -> tuple[np.ndarray, np.ndarray, list[str]]:
     s, _ = gridftp(seed=seed, duration=1000, **kw)
     _, x, y, names = bucket_rows(samples_to_batch(s), 1.0, "transfer_rate")
     return x, y, names
@@ -279,4 +281,5 @@ def test_a_metric_leaving_the_zero_variation_set_triggers_a_recluster() -> None:
             x["metrics"]["forks"] = 3.0 + rng.normal()
     for b in stream_batches([x for x in s if x["seq"] >= 300])[1:]:
         op.update(b)
-    assert "srv1/forks" not in op.jobs_["gridftp"].clustering.zero_variation
+    clustering = op.jobs_["gridftp"].clustering
+    assert clustering is not None and "srv1/forks" not in clustering.zero_variation

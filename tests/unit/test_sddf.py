@@ -47,7 +47,10 @@ def write(packets: list, binary: bool) -> bytes:
 
 def test_node_metrics_example_parses_into_descriptors_and_records() -> None:
     packets = list(read_sddf(NODE))
-    attrs, names_desc, sample_desc, _app_desc, names, *samples, app = packets
+    attrs, names_desc, sample_desc, _app_desc, names, *rest, app = packets
+    samples = [r for r in rest if isinstance(r, Record)]
+    assert isinstance(names_desc, Descriptor) and isinstance(sample_desc, Descriptor) and len(samples) == len(rest)
+    assert isinstance(names, Record) and isinstance(app, Record)
     assert isinstance(attrs, Attributes) and dict(attrs.pairs)["converted by"] == "example only"
     assert [f.name for f in sample_desc.fields] == ["timestamp", "node", "values"]
     assert sample_desc.fields[0].attrs == (("timestamp", "Unix time of the sample"), ("units", "sec"))

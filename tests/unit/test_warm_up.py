@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from typing import Any
 
 import orjson
 from perfsift.producers.synth import spmd
@@ -45,7 +46,8 @@ def test_warming_up_changes_no_output() -> None:
         cold, warm = st.build_chain(), st.build_chain()
         for op in warm:
             op.warm_up()
-        x_cold = x_warm = batch
+        x_cold: Any = batch  # each operator's output is the next one's input
+        x_warm: Any = batch
         for a, b in zip(cold, warm, strict=True):
             x_cold, x_warm = a.update(x_cold), b.update(x_warm)
         assert encode_outputs(st, x_cold, "json") == encode_outputs(st, x_warm, "json"), st.name
