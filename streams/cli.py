@@ -49,7 +49,7 @@ from perfsift.streams.runner import (
 from perfsift.streams.tools import contract_app
 from perfsift.streams.tools import forecast as forecast_command
 from perfsift.streams.tools import select_metrics as select_metrics_command
-from perfsift.streams.topics import assign_from_start, create_pipeline_topics, pipeline_topics
+from perfsift.streams.topics import assign_from_start, create_pipeline_topics, pipeline_topics, require_topic
 from perfsift.streams.ui import BootstrapOpt, ConfigOpt, PropsOpt, console, fail, out
 from rich.live import Live
 from rich.table import Table
@@ -192,6 +192,10 @@ def produce(
     path = demo_trace_path() if demo else file
     assert path is not None
     props = kafka_properties(bootstrap, parse_props(kafka_prop))
+    try:
+        require_topic(props, topic)
+    except ValueError as exc:
+        raise fail(f"{exc}; `perfsift topics -b {bootstrap}` creates the pipeline's topics") from None
     errors: list[RecordError] = []
     samples = number_samples(iter_samples(path, on_error=errors.append), job)
     n = publish_samples(props, topic, samples, console=console)
@@ -286,6 +290,10 @@ def tail(
     if not bootstrap:
         raise fail("tail needs --bootstrap (or PERFSIFT_BOOTSTRAP)")
     props = kafka_properties(bootstrap, parse_props(kafka_prop))
+    try:
+        require_topic(props, topic)
+    except ValueError as exc:
+        raise fail(str(exc)) from None
     settings = consumer_settings(props, f"perfsift.tail.{time.time_ns()}")
     c = Consumer({**settings, "auto.offset.reset": "earliest" if from_beginning else "latest"})
     c.subscribe([topic])

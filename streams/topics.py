@@ -50,6 +50,22 @@ def topic_configs(compacted: bool, retention_ms: int) -> dict[str, str]:
     return {"cleanup.policy": "delete", "retention.ms": str(retention_ms)}
 
 
+def broker_topics(props: dict[str, str], timeout: float = 10.0) -> set[str]:
+    """The names of the topics on the cluster at ``props``' bootstrap (internal ``__*`` ones left
+    out); KafkaException when no broker answers within ``timeout`` seconds."""
+    admin = AdminClient({**props, "logger": kafka_logger()})
+    return {t for t in admin.list_topics(timeout=timeout).topics if not t.startswith("__")}
+
+
+def require_topic(props: dict[str, str], topic: str, timeout: float = 10.0) -> None:
+    """Check at once that a broker answers and has ``topic``, so a command that publishes or reads
+    does not wait out librdkafka's retries (KafkaException, or ValueError naming what is there)."""
+    names = broker_topics(props, timeout)
+    if topic not in names:
+        there = ", ".join(sorted(names)[:20]) + (", ..." if len(names) > 20 else "") if names else "none"
+        raise ValueError(f"no topic {topic!r} on {props.get('bootstrap.servers')} (topics there: {there})")
+
+
 def ensure_topics(
     admin: AdminClient,
     names: Iterable[str],

@@ -96,6 +96,15 @@ def test_no_broker_at_bootstrap_is_one_clear_line() -> None:
     assert "error: Kafka: Failed to get metadata" in r.stderr and "check --bootstrap" in r.stderr
 
 
+def test_produce_and_tail_name_a_missing_topic_at_once(kafka: dict, prefix: str, tmp_path: Path) -> None:
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"ts": 1.0, "node": "n0", "metrics": {"x": 1.0}}\n')
+    bs = kafka["bootstrap.servers"]
+    for args in (["produce", str(trace), "--topic", f"{prefix}nosuch"], ["tail", f"{prefix}nosuch", "--max", "1"]):
+        r = perfsift(*args, "-b", bs, timeout=60)
+        assert r.returncode == 2 and f"no topic '{prefix}nosuch' on {bs}" in r.stderr.replace("\n", ""), r.stderr
+
+
 def test_run_with_a_contract_shows_the_violated_nodes(tmp_path: Path) -> None:
     """A contract derived from a baseline, then a run where nodes 6-11 do fewer floating-point
     operations: the live view and the summary name exactly those nodes as violated."""
