@@ -446,8 +446,9 @@ class ContractMonitor(Operator):
             return {}
         out: dict[str, dict[str, Any]] = {}
         ewma, state = self.tracker_.ewma, self.tracker_.state
+        evaluated = min(len(ewma), len(state))  # live views read this while update() may grow them
         for i, (job, node) in enumerate(self.cols_.keys):
-            known = i < len(ewma) and ewma[i] == ewma[i]
+            known = i < evaluated and ewma[i] == ewma[i]
             nodes = out.setdefault(job, {"contract_nodes": {}})["contract_nodes"]
             nodes[node] = STATES[int(state[i])] if known else "unknown"
         return out

@@ -228,7 +228,8 @@ class Reduce(Operator):
     def summary(self) -> dict[str, dict[str, Any]]:
         """Per job: samples, metric values in and out, their ratio, the kept metrics and version."""
         out = {}
-        for job, st in getattr(self, "jobs_", {}).items():
+        # a copy first: live views call this from another thread while update() may add a job
+        for job, st in list(getattr(self, "jobs_", {}).items()):
             ratio = st.values_out / st.values_in if st.values_in else math.nan
             out[job] = {
                 "samples": st.samples,

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -20,6 +21,35 @@ if TYPE_CHECKING:
 
 #: the loop must have come round within this many seconds for /healthz to say 200
 STALL_S = 120.0
+
+
+def job_metrics(stage: str, summaries: dict[str, dict[str, Any]]) -> list[GaugeMetricFamily]:
+    """Per job, from the operators' summaries (:meth:`Operator.summary`): the selection in force
+    (version, metrics kept, share of values sent on) and the nodes per contract state. Nodes are
+    counted, never labels, so the series stay few however many nodes a job has."""
+    version = GaugeMetricFamily(
+        "perfsift_selection_version",
+        "version of the kept set in force, as on perf.control and the reduced samples (-1: none yet)",
+        labels=["stage", "job"],
+    )
+    kept = GaugeMetricFamily("perfsift_kept_metrics", "metrics the selection keeps", labels=["stage", "job"])
+    ratio = GaugeMetricFamily(
+        "perfsift_reduction_ratio", "metric values sent on / values in, so far", labels=["stage", "job"]
+    )
+    nodes = GaugeMetricFamily(
+        "perfsift_contract_nodes", "nodes per contract state (ok, violated, unknown)", labels=["stage", "job", "state"]
+    )
+    for job, fields in sorted(summaries.items()):
+        if "selection_version" in fields:
+            version.add_metric([stage, job], fields["selection_version"])
+            kept.add_metric([stage, job], len(fields.get("kept") or ()))
+            if fields.get("values_in"):
+                ratio.add_metric([stage, job], fields["values_out"] / fields["values_in"])
+        if "contract_nodes" in fields:
+            states = Counter(fields["contract_nodes"].values())
+            for state in ("ok", "violated", "unknown"):
+                nodes.add_metric([stage, job, state], states[state])
+    return [version, kept, ratio, nodes]
 
 
 class _RunnerCollector(Collector):
@@ -59,6 +89,7 @@ class _RunnerCollector(Collector):
         a = GaugeMetricFamily("perfsift_assigned_partitions", "input partitions assigned", labels=["stage"])
         a.add_metric([stage], len(self.runner.assigned()))
         yield a
+        yield from job_metrics(stage, self.runner.job_summaries())
 
 
 class HealthServer:

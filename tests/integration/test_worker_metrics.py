@@ -1,0 +1,58 @@
+"""A select-stage worker's /metrics, scraped over HTTP on the real broker while it runs: the
+per-job selection gauges agree with the control records it published (the kept set and its
+version, which the reduced samples carry as ``selection_version``)."""
+
+from __future__ import annotations
+
+import urllib.request
+from pathlib import Path
+
+import orjson
+from confluent_kafka import Producer
+from perfsift.operators import SlidingMean
+from perfsift.producers.synth import spmd
+from perfsift.schemas import batch_to_samples, samples_to_batch
+from perfsift.streams.config import load_pipeline
+from perfsift.streams.http import HealthServer
+from perfsift.streams.runner import StageRunner, run_in_thread
+from perfsift.streams.topics import create_pipeline_topics
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.conftest import read_topic
+from tests.integration.test_chaos_select import pipeline
+
+
+def test_selection_gauges_on_metrics_match_the_published_selections(kafka: dict, prefix: str, tmp_path: Path) -> None:
+    cfg = load_pipeline(pipeline(tmp_path, prefix))
+    create_pipeline_topics(cfg, kafka)
+    raw, _ = spmd("sweep3d", nodes=6, duration=300, seed=3, job="j1")
+    samples = batch_to_samples(SlidingMean(window=5).update(samples_to_batch(raw)))
+    runner = StageRunner(cfg.stage("select"), cfg, kafka, embedded=True)
+    health = HealthServer(runner, 0, "127.0.0.1").start()
+    thread = run_in_thread(runner)
+    try:
+        p = Producer(kafka)
+        for s in samples:
+            p.produce(cfg.topic("perf.smoothed.byjob"), orjson.dumps(s), s["job"].encode())
+        assert p.flush(30) == 0
+        while runner.stats.records_in < len(samples) and thread.is_alive():
+            thread.join(0.1)
+        produced = runner.stats.by_topic["perf.control"]
+        controls = read_topic(kafka, cfg.topic("perf.control"), lambda r: len(r) >= produced)
+        with urllib.request.urlopen(f"http://127.0.0.1:{health.port}/metrics", timeout=5) as r:
+            text = r.read().decode()
+    finally:
+        runner.stop()
+        thread.join(30)
+        health.stop()
+    got = {
+        (s.name, s.labels.get("job")): s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+        if s.labels.get("stage") == "select"
+    }
+    newest = max(controls, key=lambda c: c["version"])
+    assert got[("perfsift_selection_version", "j1")] == newest["version"] >= 1
+    assert got[("perfsift_kept_metrics", "j1")] == len(newest["keep"]) == 3
+    assert 0.2 < got[("perfsift_reduction_ratio", "j1")] < 0.8
+    assert got[("perfsift_records_in_total", None)] == len(samples)
