@@ -1,7 +1,8 @@
 """A small kustomize-equivalent renderer for the subset of kustomization features k8s/ uses.
 
 Supported: ``resources`` (files and directories with a kustomization), ``namespace``, ``labels``
-(pairs, metadata only), ``configMapGenerator`` (files, with ``generatorOptions.disableNameSuffixHash``),
+(pairs, metadata only), ``configMapGenerator`` (files and ``options.labels``, with
+``generatorOptions.disableNameSuffixHash``),
 ``images`` (newName/newTag) and ``patches`` with inline RFC 6902 operations and a ``target`` by
 kind and optionally name. Anything else in a kustomization.yaml is an error, so the manifests
 cannot drift into features this renderer (and so the tests) would silently skip.
@@ -46,8 +47,13 @@ def render(directory: str | Path) -> list[dict[str, Any]]:
     for gen in k.get("configMapGenerator", []):
         if not k.get("generatorOptions", {}).get("disableNameSuffixHash"):
             raise ValueError("configMapGenerator needs generatorOptions.disableNameSuffixHash: true here")
+        if set(gen) - {"name", "files", "options"} or set(gen.get("options", {})) - {"labels"}:
+            raise ValueError(f"{d}: configMapGenerator {gen['name']} uses more than files and options.labels")
         data = {Path(f).name: (d / f).read_text() for f in gen.get("files", [])}
-        docs.append({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": gen["name"]}, "data": data})
+        meta: dict[str, Any] = {"name": gen["name"]}
+        if labels := gen.get("options", {}).get("labels"):
+            meta["labels"] = dict(labels)
+        docs.append({"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": data})
     for patch in k.get("patches", []):
         target = patch["target"]
         ops = yaml.safe_load(patch["patch"])
