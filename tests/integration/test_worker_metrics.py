@@ -4,6 +4,7 @@ version, which the reduced samples carry as ``selection_version``)."""
 
 from __future__ import annotations
 
+import time
 import urllib.request
 from pathlib import Path
 
@@ -35,8 +36,10 @@ def test_selection_gauges_on_metrics_match_the_published_selections(kafka: dict,
         for s in samples:
             p.produce(cfg.topic("perf.smoothed.byjob"), orjson.dumps(s), s["job"].encode())
         assert p.flush(30) == 0
-        while runner.stats.records_in < len(samples) and thread.is_alive():
+        deadline = time.monotonic() + 60
+        while runner.stats.records_in < len(samples) and thread.is_alive() and time.monotonic() < deadline:
             thread.join(0.1)
+        assert runner.stats.records_in == len(samples)
         produced = runner.stats.by_topic["perf.control"]
         controls = read_topic(kafka, cfg.topic("perf.control"), lambda r: len(r) >= produced)
         with urllib.request.urlopen(f"http://127.0.0.1:{health.port}/metrics", timeout=5) as r:
