@@ -517,40 +517,36 @@ class StageRunner:
                         restored.append(tp.partition)
             self._parts[(tp.topic, tp.partition)] = part
         consumer.assign(partitions)
-        numbers = sorted(tp.partition for tp in partitions)
-        log.info(
-            "stage %s: assigned partitions %s of %s, %d restored from snapshots",
-            self.stage.name,
-            numbers,
-            self._in_topic,
-            len(restored),
-            extra={"stage": self.stage.name, "instance": self.instance, "event": "assigned", "partitions": numbers,
-                   "restored": sorted(restored)},
-        )  # fmt: skip
+        self._log_partitions("assigned", partitions, logging.INFO, restored=sorted(restored))
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         with contextlib.suppress(KafkaException, StageError):
             self._commit()
         for tp in partitions:
             self._parts.pop((tp.topic, tp.partition), None)
-        self._log_leaving("revoked", partitions, logging.INFO)
+        self._log_partitions("revoked", partitions, logging.INFO)
 
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         for tp in partitions:  # lost: another member may own them already; do not commit
             self._parts.pop((tp.topic, tp.partition), None)
-        self._log_leaving("lost", partitions, logging.WARNING)
+        self._log_partitions("lost", partitions, logging.WARNING)
 
-    def _log_leaving(self, event: str, partitions: list[TopicPartition], level: int) -> None:
+    def _log_partitions(self, event: str, partitions: list[TopicPartition], level: int, **fields: Any) -> None:
+        """One log record per rebalance event (assigned, revoked, lost), with the partition numbers
+        and ``fields`` as structured fields (``restored``: those resumed from a snapshot)."""
         numbers = sorted(tp.partition for tp in partitions)
+        detail = "".join(f", {k} {v}" for k, v in fields.items())
         log.log(
             level,
-            "stage %s: partitions %s of %s %s",
+            "stage %s: partitions %s of %s %s%s",
             self.stage.name,
             numbers,
             self._in_topic,
             event,
-            extra={"stage": self.stage.name, "instance": self.instance, "event": event, "partitions": numbers},
-        )
+            detail,
+            extra={"stage": self.stage.name, "instance": self.instance, "event": event, "partitions": numbers,
+                   **fields},
+        )  # fmt: skip
 
     def _load_snapshots(self, partitions: list[int]) -> dict[int, dict[str, Any]]:
         """Latest snapshot of this stage per input partition, read from the state topic.
