@@ -39,6 +39,17 @@ def prefix() -> str:
     return f"t{uuid.uuid4().hex[:8]}."
 
 
+def wait_until(done: Callable[[], bool], timeout: float, interval: float = 0.1) -> bool:
+    """Ask ``done()`` every ``interval`` seconds until it says True (returns True) or ``timeout``
+    seconds pass (returns False); ``done`` may raise to stop early (e.g. a worker that died)."""
+    deadline = time.monotonic() + timeout
+    while not done():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(interval)
+    return True
+
+
 def read_topic(
     props: dict[str, str], topic: str, until: Callable[[list[Any]], bool], timeout: float = 60.0, decode: bool = True
 ) -> list[Any]:

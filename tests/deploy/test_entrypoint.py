@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -19,7 +18,7 @@ from perfsift.streams.config import load_pipeline
 from perfsift.streams.publish import publish_samples
 from perfsift.streams.topics import create_pipeline_topics
 
-from tests.conftest import read_topic
+from tests.conftest import read_topic, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.integration
@@ -52,31 +51,26 @@ def test_container_command_line_becomes_ready_processes_and_stops_on_sigterm(kaf
     # ENTRYPOINT ["perfsift"] + args of the Deployment
     cmd = [sys.executable, "-m", "perfsift", "worker", "smooth", "--config", str(config)]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    def ready() -> bool:
+        assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
+        try:
+            return get(f"http://127.0.0.1:{port}/readyz")[0] == 200
+        except OSError:
+            return False
+
     try:
-        deadline = time.monotonic() + 60
-        status = 0
-        while time.monotonic() < deadline:
-            try:
-                status, _ = get(f"http://127.0.0.1:{port}/readyz")
-            except OSError:
-                status = 0
-            if status == 200:
-                break
-            assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
-            time.sleep(0.2)
-        assert status == 200
+        assert wait_until(ready, 60, 0.2)
         assert get(f"http://127.0.0.1:{port}/healthz")[0] == 200
         samples = [{"ts": 1.0 + i, "node": f"n{i % 3}", "seq": i // 3, "metrics": {"x": float(i)}} for i in range(90)]
         publish_samples(kafka, cfg.topic("perf.clean"), samples)  # the smooth stage reads perf.clean
         out = read_topic(kafka, cfg.topic("perf.smoothed"), lambda r: len(r) >= 90)
         assert len(out) == 90
         # the counters move right after the batch is handed to the producer: allow that instant
-        deadline = time.monotonic() + 10
-        while True:
-            code, metrics = get(f"http://127.0.0.1:{port}/metrics")
-            if 'perfsift_records_in_total{stage="smooth"} 90.0' in metrics or time.monotonic() > deadline:
-                break
-            time.sleep(0.1)
+        wait_until(
+            lambda: 'perfsift_records_in_total{stage="smooth"} 90.0' in get(f"http://127.0.0.1:{port}/metrics")[1], 10
+        )
+        code, metrics = get(f"http://127.0.0.1:{port}/metrics")
         assert code == 200 and 'perfsift_records_in_total{stage="smooth"} 90.0' in metrics
         assert 'perfsift_topic_records_out_total{stage="smooth",topic="perf.smoothed"} 90.0' in metrics
         assert get(f"http://127.0.0.1:{port}/nope")[0] == 404

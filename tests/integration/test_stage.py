@@ -25,7 +25,7 @@ from perfsift.streams.publish import publish_samples
 from perfsift.streams.runner import StageRunner, run_in_thread
 from perfsift.streams.topics import create_pipeline_topics
 
-from tests.conftest import read_topic
+from tests.conftest import read_topic, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -183,9 +183,7 @@ def test_records_count_as_in_only_once_their_outputs_are_sent(
         assert runner.stats.records_in == runner.stats.records_out == runner.stats.bytes_in == 0
         _Gated.gate.set()
         out = read_topic(kafka, cfg.topic("perf.smoothed"), lambda r: len(r) >= len(samples))
-        deadline = time.monotonic() + 10
-        while runner.stats.records_in < len(samples) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(lambda: runner.stats.records_in >= len(samples), 10, 0.05)
     finally:
         _Gated.gate.set()
         runner.stop()
@@ -203,18 +201,19 @@ def start_worker(config: Path, bootstrap: str, log: Path, http_port: int = 0) ->
 
 def wait_for_partitions(port: int, worker: subprocess.Popen[bytes], log: Path, timeout: float = 60) -> None:
     """Until the worker's /metrics reports assigned input partitions (it has joined its group)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+
+    def assigned() -> bool:
         assert worker.poll() is None, log.read_text()[-3000:]
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
                 text = r.read().decode()
         except OSError:
-            text = ""
-        if re.search(r"^perfsift_assigned_partitions\{[^}]*\} [1-9]", text, re.M):
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"no partitions assigned within {timeout} s; log:\n{log.read_text()[-3000:]}")
+            return False
+        return re.search(r"^perfsift_assigned_partitions\{[^}]*\} [1-9]", text, re.M) is not None
+
+    assert wait_until(assigned, timeout, 0.2), (
+        f"no partitions assigned within {timeout} s; log:\n{log.read_text()[-3000:]}"
+    )
 
 
 def publish_paced(kafka: dict, topic: str, samples: list[dict], rate: float) -> threading.Thread:

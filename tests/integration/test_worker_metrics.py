@@ -4,7 +4,6 @@ version, which the reduced samples carry as ``selection_version``)."""
 
 from __future__ import annotations
 
-import time
 import urllib.request
 from pathlib import Path
 
@@ -19,7 +18,7 @@ from perfsift.streams.runner import StageRunner, run_in_thread
 from perfsift.streams.topics import create_pipeline_topics
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.conftest import read_topic
+from tests.conftest import read_topic, wait_until
 from tests.integration.test_chaos_select import pipeline
 
 
@@ -36,9 +35,7 @@ def test_selection_gauges_on_metrics_match_the_published_selections(kafka: dict,
         for s in samples:
             p.produce(cfg.topic("perf.smoothed.byjob"), orjson.dumps(s), s["job"].encode())
         assert p.flush(30) == 0
-        deadline = time.monotonic() + 60
-        while runner.stats.records_in < len(samples) and thread.is_alive() and time.monotonic() < deadline:
-            thread.join(0.1)
+        wait_until(lambda: runner.stats.records_in >= len(samples) or not thread.is_alive(), 60)
         assert runner.stats.records_in == len(samples)
         produced = runner.stats.by_topic["perf.control"]
         controls = read_topic(kafka, cfg.topic("perf.control"), lambda r: len(r) >= produced)
