@@ -15,12 +15,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-#: installed name -> folder in the repository (pyproject.toml, [tool.setuptools.package-dir])
-LAYOUT = {"schemas": "schemas", "operators": "operators", "producers": "producers", "streams": "streams",
-          "models": "models"}  # fmt: skip
+#: installed sub-package name -> folder in the repository, as pyproject.toml's package-dir says
+_PACKAGE_DIR = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
+LAYOUT = {name.removeprefix("perfsift."): folder for name, folder in _PACKAGE_DIR.items() if name != "perfsift"}
 
 
 def layout_tree(root: Path = ROOT) -> Path:
