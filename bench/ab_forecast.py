@@ -24,7 +24,9 @@ from pathlib import Path
 from types import ModuleType
 
 import numpy as np
-from perfsift.operators import Batch, ForecastBank
+from perfsift.operators import ForecastBank
+
+from bench.bench_contract_forecast import forecast_batch
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -67,14 +69,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--nodes", type=int, default=1000)
     ap.add_argument("--steps", type=int, default=10)
     args = ap.parse_args(argv)
-    rng = np.random.default_rng(0)
     k, metrics = args.nodes * args.steps, 12
-    batch = Batch.from_columns(
-        ts=np.repeat(np.arange(args.steps, dtype=float), args.nodes),
-        nodes=[f"n{i % args.nodes}" for i in range(k)],
-        metrics=[f"m{j}" for j in range(metrics)],
-        values=rng.normal(100, 10, (k, metrics)),
-    )
+    batch = forecast_batch(args.nodes, metrics, args.steps)  # the recorded benchmark's workload
     with tempfile.TemporaryDirectory() as tmp:
         print(f"compiling {args.rev}'s kernel (uncached, about a minute) ...", flush=True)
         banks = [revision_bank(args.rev, Path(tmp))(engine="compiled"), ForecastBank(engine="compiled")]

@@ -56,16 +56,22 @@ def bench_contract() -> dict:
     }
 
 
-def bench_forecast(nodes: int = 1000, metrics: int = 12, steps: int = 10) -> dict:
-    """Steady state (every window full) for the compiled kernel and the numpy reference engine."""
+def forecast_batch(nodes: int = 1000, metrics: int = 12, steps: int = 10) -> Batch:
+    """The forecaster's workload: ``steps`` samples of every node, ``metrics`` Gaussian values each."""
     rng = np.random.default_rng(0)
     k = nodes * steps
-    b = Batch.from_columns(
+    return Batch.from_columns(
         ts=np.repeat(np.arange(steps, dtype=float), nodes),
         nodes=[f"n{i % nodes}" for i in range(k)],
         metrics=[f"m{j}" for j in range(metrics)],
         values=rng.normal(100, 10, (k, metrics)),
     )
+
+
+def bench_forecast(nodes: int = 1000, metrics: int = 12, steps: int = 10) -> dict:
+    """Steady state (every window full) for the compiled kernel and the numpy reference engine."""
+    k = nodes * steps
+    b = forecast_batch(nodes, metrics, steps)
     out: dict = {"nodes": nodes, "metrics": metrics, "steps": steps}
     for engine in ("compiled", "numpy"):
         bank = ForecastBank(engine=engine)
