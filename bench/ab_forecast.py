@@ -5,23 +5,24 @@
 This VM's speed drifts by up to about 25 % within an hour, so two runs of
 ``bench_contract_forecast`` at different times cannot tell a 5 % change from noise. Here both
 versions run in the same process on the same batches, batch after batch in turn, and the ratio of
-their times is taken per pair. ``operators/forecast.py`` and ``operators/_nws_kernel.py`` of REV are
-loaded from git as modules of their own (the kernel uncached, so REV's code is what runs); their
-outputs are checked equal to the working tree's first. Set ``NUMBA_NUM_THREADS`` for the thread
-count. Prints the two medians and the median time ratio (> 1: the working tree is faster).
+their times is taken per pair. ``operators/forecast.py`` and the modules of its engines
+(``operators/_nws*.py``) of REV are loaded from git as modules of their own (the kernel uncached,
+so REV's code is what runs); their outputs are checked equal to the working tree's first. Set
+``NUMBA_NUM_THREADS`` for the thread count. Prints the two medians and the median time ratio (> 1:
+the working tree is faster).
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
+import importlib
+import re
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
-from types import ModuleType
 
 import numpy as np
 from perfsift.operators import ForecastBank
@@ -31,35 +32,32 @@ from bench.bench_contract_forecast import forecast_batch
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _load(name: str, path: Path) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def revision_bank(rev: str, tmp: Path) -> type:
-    """REV's ForecastBank, bound to REV's kernel (both from git, renamed so they load beside ours)."""
+    """REV's ForecastBank, bound to REV's engines: ``operators/forecast.py`` and ``operators/_nws*.py``
+    from git, each renamed ``perfsift_ab_<name>`` (imports among them rewritten) so they load beside
+    ours."""
 
-    def show(path: str) -> str:
-        r = subprocess.run(["git", "show", f"{rev}:{path}"], cwd=ROOT, capture_output=True, text=True, check=True)
-        return r.stdout
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout
 
-    fsrc = show("operators/forecast.py").replace(
-        "from perfsift.operators import _nws_kernel", "import perfsift_ab_kernel as _nws_kernel"
-    )
-    ksrc = (
-        show("operators/_nws_kernel.py")
-        .replace("cache=True", "cache=False")
-        .replace("from perfsift.operators.forecast import", "from perfsift_ab_forecast import")
-    )
-    (tmp / "forecast.py").write_text(fsrc)
-    (tmp / "kernel.py").write_text(ksrc)
-    fmod = _load("perfsift_ab_forecast", tmp / "forecast.py")
-    _load("perfsift_ab_kernel", tmp / "kernel.py")
-    return fmod.ForecastBank
+    paths = [p for p in git("ls-tree", "--name-only", rev, "operators/").split() if Path(p).name.startswith("_nws")]
+    names = ["forecast", *(Path(p).stem for p in paths)]
+    alt = "|".join(map(re.escape, names))
+    for name in names:
+        src = git("show", f"{rev}:operators/{name}.py").replace("cache=True", "cache=False")
+        src = re.sub(rf"from perfsift\.operators\.({alt}) import", r"from perfsift_ab_\1 import", src)
+        src = re.sub(
+            rf"from perfsift\.operators import ({alt})\b(?: as (\w+))?",
+            lambda m: f"import perfsift_ab_{m[1]} as {m[2] or m[1]}",
+            src,
+        )
+        (tmp / f"perfsift_ab_{name}.py").write_text(src)
+    sys.path.insert(0, str(tmp))
+    try:  # every module now: the forecaster imports its kernel when it first runs
+        mods = [importlib.import_module(f"perfsift_ab_{name}") for name in names]
+    finally:
+        sys.path.remove(str(tmp))
+    return mods[0].ForecastBank
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -10,7 +10,7 @@ import time
 
 import numpy as np
 from perfsift.models import bundled
-from perfsift.operators.model import StructuralModel
+from perfsift.models.structural import StructuralModel
 from perfsift.operators.predict import ModelPredictor
 from perfsift.producers.synth import sor
 from perfsift.schemas import samples_to_batch

@@ -30,10 +30,10 @@ from perfsift.producers.demo import demo_trace_path
 from perfsift.producers.synth import spmd
 from perfsift.streams.analyze import analyze
 from perfsift.streams.broker import EmbeddedBroker
-from perfsift.streams.cli import start_stages
+from perfsift.streams.clients import consumer_settings, create_pipeline_topics, producer_settings
 from perfsift.streams.config import load_pipeline, with_overrides
-from perfsift.streams.runner import consumer_settings, producer_settings, wait_assigned
-from perfsift.streams.topics import create_pipeline_topics
+from perfsift.streams.local import start_stages
+from perfsift.streams.runner import wait_assigned
 
 from bench.common import write_result
 

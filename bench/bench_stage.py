@@ -20,10 +20,10 @@ import numpy as np
 import orjson
 from confluent_kafka import Consumer, Producer
 from perfsift.streams.broker import EmbeddedBroker
+from perfsift.streams.clients import consumer_settings, create_pipeline_topics, ensure_topics, producer_settings
 from perfsift.streams.config import OperatorSpec, StageConfig, load_pipeline, with_overrides
 from perfsift.streams.logs import kafka_logger
-from perfsift.streams.runner import StageRunner, consumer_settings, producer_settings, run_in_thread
-from perfsift.streams.topics import create_pipeline_topics, ensure_topics
+from perfsift.streams.runner import StageRunner, run_in_thread
 
 from bench.common import write_result
 

@@ -1,4 +1,14 @@
-"""Structural performance models shipped with perfsift (see :mod:`perfsift.operators.model`)."""
+"""Structural performance models (METHODS.md §5.3): their language and the models shipped with
+perfsift (``*.yaml`` here, found by :func:`bundled`).
+
+- :mod:`~perfsift.models.expressions`: the expression language (parsing, evaluation, range checks);
+- :mod:`~perfsift.models.model_file`: the model file (parameters, components, outputs);
+- :mod:`~perfsift.models.structural`: :class:`~perfsift.models.structural.StructuralModel`, the
+  checked model, and its stochastic predictions;
+- :mod:`~perfsift.models.balance`: time balancing of work across nodes.
+
+Nothing here imports the rest of perfsift: the operators, producers and CLI build on it.
+"""
 
 from __future__ import annotations
 

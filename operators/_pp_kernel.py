@@ -1,5 +1,5 @@
 """Compiled projection-pursuit optimiser (numba), the fast path of
-:func:`perfsift.operators.pursuit.projection_pursuit`.
+:func:`perfsift.operators.projection.projection_pursuit`.
 
 The objective is the one of METHODS.md §1.5: ``f(A) = −I(polar(A))`` with gradient
 ``−(I − WWᵀ)∇_W I (AᵀA)^{−1/2}``. The index and its gradient (§1.3–1.4) are computed in two fused
@@ -10,7 +10,7 @@ stopping rules (projected-gradient ``gtol``, relative reduction ``ftol``, ``maxi
 run in a thread pool (the kernel releases the GIL); each restart is deterministic, so results do not depend on the
 number of threads.
 
-The reference path (scipy L-BFGS-B over the numpy :func:`~perfsift.operators.pursuit.moment_index`)
+The reference path (scipy L-BFGS-B over the numpy :func:`~perfsift.operators.projection.moment_index`)
 stays available as ``optimizer="scipy"``; tests compare the two.
 """
 

@@ -10,6 +10,7 @@ import hashlib
 import inspect
 import io
 import json
+from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
@@ -34,8 +35,9 @@ def warm_batch(metrics: tuple[str, ...] = ("a", "b", "c"), rows: int = 64, nodes
     )
 
 
-#: what ``update`` returns: a batch of samples for the next operator (or the stage's outputs), a
-#: list of records (selections, contract evaluations, ...), or records per topic (``emit: routed``)
+#: what ``update`` returns, by role: a :class:`Transformer` a batch of samples; a :class:`Decider` its
+#: decisions (records, or a batch its :meth:`Decider.records` turns into records); a :class:`Router`
+#: its outputs per record kind (``{"reduced": [batches], "selection": [records], ...}``)
 Output = Batch | list[dict[str, Any]] | dict[str, Any]
 
 _MAGIC = b"PSIFT-OP1"
@@ -45,17 +47,36 @@ class SnapshotError(ValueError):
     """A snapshot cannot be restored into this operator (other class, parameters or version)."""
 
 
-class Operator:
-    """Base of every operator.
+class _Initialised(type):
+    """Creates an operator's learned state once, right after its constructor stored the parameters:
+    no operator method has to check whether :meth:`Operator.reset` ran. Bad parameters therefore
+    fail at construction, where the pipeline file names them."""
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        op = super().__call__(*args, **kwargs)
+        op._files_digest = op._digest_files()
+        op.reset()
+        return op
+
+
+class Operator(metaclass=_Initialised):
+    """Base of every operator; an operator subclasses one of the roles :class:`Transformer`,
+    :class:`Decider` or :class:`Router`.
 
     Subclasses take only parameters in ``__init__`` and store them under the same names; learned
-    state lives in attributes ending in ``_`` and is created by :meth:`reset`. They implement
-    :meth:`update`, which never mutates its input, and :meth:`_state` / :meth:`_load_state` for
-    snapshots.
+    state lives in attributes ending in ``_`` and is created by :meth:`reset`, which runs once when
+    the operator is constructed (and again whenever it is called). They implement :meth:`update`,
+    which never mutates its input, and :meth:`_state` / :meth:`_load_state` for snapshots.
     """
 
     #: bump when the layout of the state changes; old snapshots are then refused, never reused
     STATE_VERSION: ClassVar[int] = 1
+    #: parameters that may name a file (a contract, a model): the file's content enters the
+    #: fingerprint, so state learned under an old version of the file is never reused
+    FILE_PARAMS: ClassVar[tuple[str, ...]] = ()
+    #: "transform", "decide" or "route" (set by the role classes)
+    role: ClassVar[str] = ""
+    _files_digest: dict[str, str]
 
     # -- parameters -------------------------------------------------------------------------
     @classmethod
@@ -75,9 +96,33 @@ class Operator:
         return f"{type(self).__name__}({args})"
 
     def fingerprint(self) -> str:
-        """Stable hash of class, state version and parameters: the key that state is valid for."""
-        blob = json.dumps([type(self).__name__, self.STATE_VERSION, self.get_params()], sort_keys=True, default=str)
+        """Stable hash of class, state version and parameters, where a parameter that names a file
+        counts by the file's content (as read when the operator was made): the key that state is
+        valid for. An edited contract or model therefore never reuses the old state."""
+        # a parameter that names a file stands for the file's content, wherever the file lies
+        params = {k: self._files_digest.get(k, v) for k, v in self.get_params().items()}
+        blob = json.dumps(
+            [type(self).__name__, self.STATE_VERSION, params],
+            sort_keys=True,
+            default=_jsonable,
+        )
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    def param_file(self, name: str) -> Path | None:
+        """The file that parameter ``name`` (one of :attr:`FILE_PARAMS`) names, None when it names
+        none (an inline value). Operators whose parameter may name a bundled file override this."""
+        value = getattr(self, name)
+        if isinstance(value, str | Path) and Path(value).is_file():
+            return Path(value)
+        return None
+
+    def _digest_files(self) -> dict[str, str]:
+        digests = {}
+        for name in self.FILE_PARAMS:
+            path = self.param_file(name)
+            if path is not None:
+                digests[name] = hashlib.sha256(path.read_bytes()).hexdigest()
+        return digests
 
     def warm_up(self) -> None:
         """Load compiled kernels before the first batch, so that it does not wait for them (numba's
@@ -86,7 +131,7 @@ class Operator:
 
     # -- streaming --------------------------------------------------------------------------
     def reset(self) -> None:
-        """Forget everything learned."""
+        """Forget everything learned (and check the parameters). Runs once at construction."""
         raise NotImplementedError
 
     def update(self, batch: Batch) -> Output:
@@ -136,3 +181,59 @@ class Operator:
             arrays = {k: npz[k] for k in npz.files}
         self.reset()
         self._load_state(header["meta"], arrays)
+
+
+def _jsonable(value: Any) -> Any:
+    """Parameters that JSON does not know, for fingerprints: arrays by content, objects that offer
+    a ``digest()`` (a knowledge-base reference) by it, anything else by ``str``."""
+    if isinstance(value, np.ndarray):
+        return hashlib.sha256(np.ascontiguousarray(value).tobytes()).hexdigest() + str(value.shape)
+    digest = getattr(value, "digest", None)
+    if callable(digest):
+        return digest()
+    return str(value)
+
+
+class Transformer(Operator):
+    """Samples in, samples out: ``update(batch) -> Batch`` with the input's rows (cleaned, smoothed,
+    ...). A transformer's output goes on to the next operator of its stage, or to the stage's
+    sample topics."""
+
+    role = "transform"
+
+    def update(self, batch: Batch) -> Batch:
+        raise NotImplementedError
+
+
+class Decider(Operator):
+    """Samples in, decisions out: records of one kind (:attr:`output`, the name of its schema in
+    ``schemas/``: ``selection``, ``contract``, ``forecast``, ``prediction``). ``update`` returns
+    the records, or a batch that :meth:`records` turns into records (column-wise results such as
+    forecasts stay arrays until they are encoded). A decider ends its stage's chain; the stage
+    writes its records to the topic of that kind unless the pipeline file names others."""
+
+    role = "decide"
+    #: the kind of record emitted (a schema name)
+    output: ClassVar[str] = ""
+
+    def update(self, batch: Batch) -> Batch | list[dict[str, Any]]:
+        raise NotImplementedError
+
+    def records(self, out: Batch | list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The records of an ``update`` (or ``flush``) result. The default takes a list as it is."""
+        if isinstance(out, Batch):
+            raise TypeError(f"{type(self).__name__} returned a batch but does not say how it becomes records")
+        return out
+
+
+class Router(Operator):
+    """Samples in, several kinds of output: ``update`` returns ``{kind: [batches or records]}`` for
+    each kind in :attr:`outputs` (e.g. ``reduce``: the reduced samples, the selections, the control
+    records). The stage writes each kind to its topic of that kind; an operator never names topics."""
+
+    role = "route"
+    #: the kinds of output (schema names) and whether each is a batch of samples (True) or records
+    outputs: ClassVar[dict[str, bool]] = {}
+
+    def update(self, batch: Batch) -> dict[str, list[Any]]:
+        raise NotImplementedError

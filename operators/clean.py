@@ -14,7 +14,7 @@ Per (job, node) and metric, in this order:
    ``window`` accepted values; flagged values never enter it, and a run of ``accept_after`` flags
    is a new level), ``hampel`` (causal window of the last 2·half originals and the value,
    median ± k·1.4826·MAD), ``ewma`` (EW mean and variance, winsorised at flags), or ``none``;
-   plus knowledge-base maxima (``kb`` + ``app``: flag x > γ·max) and ``nonnegative`` metrics
+   plus knowledge-base maxima (``history``: flag x > γ·max) and ``nonnegative`` metrics
    (negative values are impossible). A flagged value is, by ``action``: kept (``flag``), clipped to
    the threshold (``clip``), replaced by the local estimate (``replace``: the Hampel median, the
    window or EW mean), dropped to missing (``drop``) or shrunk towards the estimate with Vetter &
@@ -32,11 +32,16 @@ entry for every value that was changed, flagged or imputed.
 
 from __future__ import annotations
 
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from perfsift.operators._impute import causal_fallbacks, key_references, knn_row, remember, track_clean
 from perfsift.operators._keyed import KeyedColumns, group_rows, grow
-from perfsift.operators.base import Operator, warm_batch
+from perfsift.operators.base import Transformer, warm_batch
 from perfsift.operators.batch import Batch
 
 MODES = {"none": 0, "hampel": 1, "window": 2, "ewma": 3}
@@ -45,7 +50,47 @@ IMPUTE = ("knn", "last", "mean", "none")
 STAT_RULE = {"hampel": "hampel", "window": "nsigma", "ewma": "ewma", "none": "none"}
 
 
-class Clean(Operator):
+@dataclass(frozen=True, eq=False)
+class KnowledgeHistory:
+    """What the knowledge base knows of an application (METHODS.md §3.2), as the cleaner uses it:
+    the historical maximum of each metric, and recent complete samples (``rows``, one column per
+    name in ``metrics``) to train the imputation of a node that has too few of its own. Made by
+    ``perfsift.streams.knowledge.KnowledgeBase.history``; the cleaner opens no database.
+
+    >>> h = KnowledgeHistory({"cpu": 97.5}, ("cpu", "io"), np.array([[90.0, 3.0]]))
+    >>> h.rows_for(["io", "mem"]).tolist()
+    [[3.0, nan]]
+    """
+
+    maxima: Mapping[str, float] = field(default_factory=dict)
+    metrics: tuple[str, ...] = ()
+    rows: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
+
+    def rows_for(self, metrics: Sequence[str]) -> np.ndarray:
+        """The reference rows with one column per name of ``metrics`` (NaN where none)."""
+        pos = {m: i for i, m in enumerate(self.metrics)}
+        out = np.full((len(self.rows), len(metrics)), np.nan)
+        for j, name in enumerate(metrics):
+            if name in pos:
+                out[:, j] = self.rows[:, pos[name]]
+        return out
+
+    def digest(self) -> str:
+        """sha256 of the content: what an operator's fingerprint counts this parameter by."""
+        h = hashlib.sha256(json.dumps([sorted(self.maxima.items()), list(self.metrics)]).encode())
+        rows = np.ascontiguousarray(self.rows, dtype=np.float64)
+        h.update(str(rows.shape).encode())
+        h.update(rows.tobytes())
+        return h.hexdigest()
+
+    def __repr__(self) -> str:
+        return (
+            f"KnowledgeHistory({len(self.maxima)} maxima, {len(self.rows)} reference rows of "
+            f"{len(self.metrics)} metrics, digest {self.digest()[:12]})"
+        )
+
+
+class Clean(Transformer):
     """Clean samples per (job, node) and metric; see the module docstring for the steps.
 
     Parameters
@@ -63,9 +108,10 @@ class Clean(Operator):
         Window and EWMA modes (METHODS.md §3.6); no value is flagged before ``n_min`` values.
     action : str
         ``flag``, ``clip``, ``replace`` (default), ``drop``, ``trim_log`` or ``trim_sqrt``.
-    kb, app, gamma
-        Knowledge base (SQLite path or PostgreSQL DSN) and application whose historical maxima,
-        times γ, are thresholds too; its samples train the imputation when a node has too few.
+    history, gamma : KnowledgeHistory or None, float
+        What the knowledge base knows of the application: its historical maxima, times γ, are
+        thresholds too; its samples train the imputation when a node has too few. (A pipeline
+        file gives ``kb`` and ``app`` instead, see ``perfsift.streams.knowledge.clean_params``.)
     nonnegative : tuple of str
         Metrics that cannot be negative (``"*"`` = all).
     counters, counter_width : tuple of str, int or None
@@ -90,8 +136,7 @@ class Clean(Operator):
         alpha: float = 0.05,
         two_sided: bool = False,
         action: str = "replace",
-        kb: str | None = None,
-        app: str | None = None,
+        history: KnowledgeHistory | None = None,
         gamma: float = 1.0,
         nonnegative: tuple[str, ...] = (),
         counters: tuple[str, ...] = (),
@@ -114,8 +159,7 @@ class Clean(Operator):
         self.alpha = alpha
         self.two_sided = two_sided
         self.action = action
-        self.kb = kb
-        self.app = app
+        self.history = history
         self.gamma = gamma
         self.nonnegative = nonnegative
         self.counters = counters
@@ -131,9 +175,8 @@ class Clean(Operator):
 
     # -- state -----------------------------------------------------------------------------------
     def warm_up(self) -> None:
-        # a copy without the knowledge base (no database at start) cleans a synthetic batch
-        op = type(self)(**{**self.get_params(), "kb": None, "app": None})
-        op.reset()
+        # a copy without the application's history cleans a synthetic batch
+        op = type(self)(**{**self.get_params(), "history": None})
         op.update(warm_batch())
 
     def reset(self) -> None:
@@ -147,8 +190,6 @@ class Clean(Operator):
             raise ValueError("weights must be distance|uniform and target_transform none|log1p")
         if not self.k > 0 or self.half < 1 or self.window < 2 or self.n_min < 1 or self.accept_after < 1:
             raise ValueError("k must be > 0; half, n_min, accept_after >= 1; window >= 2")
-        if (self.kb is None) != (self.app is None):
-            raise ValueError("kb and app go together: the knowledge base is looked up by application")
         self.cols_ = KeyedColumns()
         self.hcap_ = 2 * self.half if self.mode == "hampel" else self.window
         k0, m0 = 0, 0
@@ -168,14 +209,6 @@ class Clean(Operator):
         self.refs_ = np.full((k0, self.knn_window, m0), np.nan)  # recent complete rows per key
         self.ref_n_ = np.zeros(k0, dtype=np.int64)
         self.ref_pos_ = np.zeros(k0, dtype=np.int64)
-        self.kb_max_: dict[str, float] = {}
-        self.kb_refs_: tuple[list[str], np.ndarray] = ([], np.zeros((0, 0)))
-        if self.kb is not None:
-            from perfsift.operators.knowledge import KnowledgeBase
-
-            with KnowledgeBase(self.kb) as base:
-                self.kb_max_ = base.maxima(str(self.app))
-                self.kb_refs_ = base.reference_rows(str(self.app), self.knn_window)
 
     def _grow(self, n_keys: int, n_metrics: int) -> None:
         for name, fill in (
@@ -201,8 +234,6 @@ class Clean(Operator):
 
     # -- streaming ----------------------------------------------------------------------------------
     def update(self, batch: Batch) -> Batch:
-        if not hasattr(self, "cols_"):
-            self.reset()
         from perfsift.operators import _clean_kernel as kern
 
         flags: list[list[dict[str, Any]] | None] = [None] * len(batch)
@@ -211,7 +242,8 @@ class Clean(Operator):
         cols = self.cols_.metric_columns(batch.metrics)
         self._grow(len(self.cols_.keys), len(self.cols_.metrics))
         names = self.cols_.metrics
-        kbmax = np.array([self.kb_max_.get(m, np.nan) for m in names])
+        maxima = self.history.maxima if self.history is not None else {}
+        kbmax = np.array([maxima.get(m, np.nan) for m in names])
         star = "*" in self.nonnegative
         nonneg = np.array([star or m in self.nonnegative for m in names])
         vals = np.ascontiguousarray(batch.values, dtype=np.float64)
@@ -259,8 +291,8 @@ class Clean(Operator):
             observed = out.copy()  # imputation learns from observed values only, never its own output
             self._impute(out, observed, keys, cols, batch.metrics, flags)
             if self.impute == "knn":
-                self._remember(observed, keys, cols)
-            self._track_clean(observed, keys, cols)
+                remember(self.refs_, self.ref_pos_, self.ref_n_, self.knn_window, observed, keys, cols)
+            track_clean(self.last_, self.sum_, self.cnt_, observed, keys, cols)
         col = np.empty(len(batch), dtype=object)
         col[:] = flags
         return batch.with_values(out, flags=col)
@@ -352,38 +384,6 @@ class Clean(Operator):
         d[neg] = np.nan
 
     # -- imputation ----------------------------------------------------------------------------------
-    def _remember(self, out: np.ndarray, keys: np.ndarray, cols: np.ndarray) -> None:
-        """Complete rows (every metric of the batch present after filtering) become references:
-        the newest ``knn_window`` of each key go into its ring, in order."""
-        complete = np.flatnonzero(~np.isnan(out).any(axis=1))
-        if len(complete) == 0:
-            return
-        order, uniq, counts, rank = group_rows(keys[complete])
-        rows = complete[order]
-        k_of = keys[rows]
-        from_end = np.repeat(counts, counts) - rank  # 1 = the newest row of its key
-        keep = from_end <= self.knn_window
-        rows, k_of, rank = rows[keep], k_of[keep], rank[keep]
-        pos = (self.ref_pos_[k_of] + rank) % self.knn_window  # the kept ranks hit distinct slots
-        block = np.full((len(rows), self.refs_.shape[2]), np.nan)
-        block[:, cols] = out[rows]
-        self.refs_[k_of, pos] = block
-        self.ref_pos_[uniq] = (self.ref_pos_[uniq] + counts) % self.knn_window
-        self.ref_n_[uniq] = np.minimum(self.ref_n_[uniq] + counts, self.knn_window)
-
-    def _track_clean(self, out: np.ndarray, keys: np.ndarray, cols: np.ndarray) -> None:
-        """Last clean value and running mean per (key, metric): the simple imputation fallbacks."""
-        for jb, c in enumerate(cols.tolist()):
-            col = out[:, jb]
-            ok = np.flatnonzero(~np.isnan(col))
-            if len(ok) == 0:
-                continue
-            kk = keys[ok]
-            self.sum_[:, c] += np.bincount(kk, weights=col[ok], minlength=self.sum_.shape[0])
-            self.cnt_[:, c] += np.bincount(kk, minlength=self.cnt_.shape[0])
-            uniq, first_from_end = np.unique(kk[::-1], return_index=True)
-            self.last_[uniq, c] = col[ok[len(ok) - 1 - first_from_end]]
-
     def _impute(
         self,
         out: np.ndarray,
@@ -403,24 +403,29 @@ class Clean(Operator):
         pos_in_sorted = np.empty(len(keys), dtype=np.int64)
         pos_in_sorted[order] = np.arange(len(keys))
         start_of = (np.cumsum(counts) - counts)[np.repeat(np.arange(len(counts)), counts)]  # per sorted row
-        last_val, mean_val = self._causal_fallbacks(observed, keys, cols, order, start_of)
+        last_val, mean_val = causal_fallbacks(self.last_, self.sum_, self.cnt_, observed, keys, cols, order, start_of)
         complete = ~np.isnan(observed).any(axis=1)
         # per key, once: its references in time order (ring, then this batch's complete rows), and
         # for each of its rows how many of them came before it
-        history: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        key_refs: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        fallback = None  # the knowledge base's samples, for keys with too few references
+        if self.impute == "knn" and self.history is not None and len(self.history.rows):
+            fallback = self.history.rows_for(metrics)
+        uniform, log1p = self.weights == "uniform", self.target_transform == "log1p"
         for r in missing_rows.tolist():
             key = int(keys[r])
             miss = np.flatnonzero(np.isnan(out[r]))
             done = np.zeros(len(miss), dtype=bool)
             if self.impute == "knn":
-                if key not in history:
+                if key not in key_refs:
                     p0 = pos_in_sorted[r]
                     mine = order[start_of[p0] : start_of[p0] + counts[np.searchsorted(np.cumsum(counts), p0, "right")]]
-                    history[key] = self._key_history(key, cols, observed, mine, complete)
-                refs_all, before = history[key]
+                    ring, n, pos = self.refs_[key][:, cols], int(self.ref_n_[key]), int(self.ref_pos_[key])
+                    key_refs[key] = key_references(ring, n, pos, self.knn_window, observed, mine, complete)
+                refs_all, before = key_refs[key]
                 n_before = before[pos_in_sorted[r] - start_of[pos_in_sorted[r]]]
                 refs = refs_all[max(n_before - self.knn_window, 0) : n_before]
-                done = self._knn_row(out, r, cols, miss, refs)
+                done = knn_row(out, r, miss, refs, fallback, self.knn_k, uniform, log1p)
             rules = ["knn_impute" if d else "" for d in done]
             for q, jb in enumerate(miss.tolist()):
                 if done[q]:
@@ -435,77 +440,6 @@ class Clean(Operator):
                 act = "impute" if rules[q] != "no_reference" else "flag"
                 f = {"metric": metrics[jb], "rule": rules[q], "action": act, "original": None, "threshold": None}
                 flags[r] = [f] if flags[r] is None else [*flags[r], f]
-
-    def _causal_fallbacks(
-        self, observed: np.ndarray, keys: np.ndarray, cols: np.ndarray, order: np.ndarray, start_of: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Per row and column: the key's last observed value before the row, and the mean of its
-        observed values before the row (earlier batches included)."""
-        n = len(keys)
-        v = observed[order]
-        ok = ~np.isnan(v)
-        idx = np.where(ok, np.arange(n)[:, None], -1)
-        ff = np.maximum.accumulate(idx, axis=0)
-        prev = np.vstack([np.full((1, v.shape[1]), -1), ff[:-1]])  # exclusive: strictly before the row
-        prev[prev < start_of[:, None]] = -1
-        state_last = self.last_[keys[order]][:, cols]
-        last_sorted = np.where(prev >= 0, v[np.maximum(prev, 0), np.arange(v.shape[1])], state_last)
-        filled = np.where(ok, v, 0.0)
-        csum = np.cumsum(filled, axis=0) - filled
-        ccnt = np.cumsum(ok, axis=0) - ok
-        base_sum = (np.cumsum(filled, axis=0) - filled)[start_of]
-        base_cnt = (np.cumsum(ok, axis=0) - ok)[start_of]
-        total = self.sum_[keys[order]][:, cols] + csum - base_sum
-        count = self.cnt_[keys[order]][:, cols] + ccnt - base_cnt
-        with np.errstate(invalid="ignore", divide="ignore"):
-            mean_sorted = np.where(count > 0, total / count, np.nan)
-        last_val = np.empty_like(last_sorted)
-        mean_val = np.empty_like(mean_sorted)
-        last_val[order] = last_sorted
-        mean_val[order] = mean_sorted
-        return last_val, mean_val
-
-    def _key_history(
-        self, key: int, cols: np.ndarray, observed: np.ndarray, mine: np.ndarray, complete: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """(the key's reference rows in time order: its ring, then this batch's complete rows;
-        for each of the key's batch rows, how many reference rows precede it)."""
-        n = int(self.ref_n_[key])
-        ring = self.refs_[key][:, cols]
-        # a full ring starts at its write position (the oldest row); a filling one at slot 0
-        ring = np.roll(ring, -int(self.ref_pos_[key]), axis=0) if n == self.knn_window else ring[:n]
-        ok = complete[mine]
-        refs = np.concatenate([ring, observed[mine[ok]]])
-        before = len(ring) + np.cumsum(ok) - ok  # exclusive: rows strictly before
-        return refs, before
-
-    def _knn_row(self, out: np.ndarray, r: int, cols: np.ndarray, miss: np.ndarray, refs: np.ndarray) -> np.ndarray:
-        """Impute the missing cells ``miss`` of row r from ``refs`` (the key's newest references
-        before r) — or from the knowledge base's samples when there are fewer than ``knn_k``."""
-        done = np.zeros(len(miss), dtype=bool)
-        if len(refs) < self.knn_k and len(self.kb_refs_[1]):
-            kb_names, kb_rows = self.kb_refs_
-            pos = {m: i for i, m in enumerate(kb_names)}
-            extra = np.full((len(kb_rows), len(cols)), np.nan)
-            for jb, c in enumerate(cols.tolist()):
-                name = self.cols_.metrics[c]
-                if name in pos:
-                    extra[:, jb] = kb_rows[:, pos[name]]
-            refs = np.concatenate([refs, extra]) if len(refs) else extra
-        if len(refs) == 0:
-            return done
-        from perfsift.operators import _clean_kernel as kern
-
-        refs = np.ascontiguousarray(refs, dtype=np.float64)
-        row = out[r]
-        for q, e in enumerate(miss.tolist()):
-            pred = kern.knn_impute(
-                refs, row, e, int(self.knn_k), self.weights == "uniform", self.target_transform == "log1p"
-            )
-            if pred == pred:
-                out[r, e] = pred
-                done[q] = True
-        return done
 
     # -- snapshots -------------------------------------------------------------------------------------
     _ARRAYS = (

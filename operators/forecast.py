@@ -21,7 +21,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 from perfsift.operators._keyed import KeyedColumns, group_rows, grow
-from perfsift.operators.base import Operator, warm_batch
+from perfsift.operators._nws_constants import ADAPTIVE, HISTORY, RING, SORTED_WINDOWS
+from perfsift.operators._nws_rows import first_min, last_values, median_last, row_mean, row_median, trimmed_mean
+from perfsift.operators.base import Decider, warm_batch
 from perfsift.operators.batch import Batch
 
 GAINS = (0.05, 0.10, 0.15, 0.20, 0.30, 0.40, 0.50, 0.75)
@@ -43,111 +45,13 @@ WINDOWS = (1, 5, 10, 20, 30, 50, 100)
 #: selectors in forc.c order: (error kind, window); window 0 = cumulative
 SELECTORS = (("mse", 0), ("mae", 0), *(("mse", w) for w in WINDOWS), *(("mae", w) for w in WINDOWS))
 N_SELECTOR = len(SELECTORS)  # 16
-HISTORY = 100  # values kept per series (MAX_DATA_ENTRIES)
-RING = 101  # cumulative-error ring length (>= largest window + 1)
-ADAPTIVE = ((10, 5, 21, 1), (30, 21, 51, 5))  # (init, min, max, step)
-_TRIM = 0.3
-#: newest values the compiled kernel keeps sorted per series, per window: 5 and 31 (medians, sliding
-#: and trimmed means), 51 (trimmed mean), then one window per adaptive median holding its current w
-#: values (room for its largest w)
-SORTED_WINDOWS = (5, 31, 51, *(hi for _, _, hi, _ in ADAPTIVE))
 _WIN = sum(SORTED_WINDOWS)  # sorted-window cells per series
 _GAINS = np.array(GAINS)
 _ADAPTIVE = np.array(ADAPTIVE, dtype=np.int64)
 _WINDOWS = np.array(WINDOWS, dtype=np.int64)
 
 
-TIE = 1e-12  # errors within this relative distance of the minimum are ties
-
-
-def _first_min(err: np.ndarray) -> np.ndarray:
-    """Per row, the lowest index whose value is within ``TIE`` (relative) of the row minimum.
-
-    Forecasters that are equal in exact arithmetic (running and sliding means before the window
-    fills, say) differ by rounding only; the spec's "ties go to the lowest index" must not depend
-    on that noise.
-    """
-    low = np.min(err, axis=1, keepdims=True)
-    return np.argmax(err <= low + TIE * np.abs(low), axis=1)
-
-
-def _last(hist: np.ndarray, s: np.ndarray, pos: np.ndarray, count: np.ndarray, width: int) -> np.ndarray:
-    """The last ``width`` values of series ``s``, newest last; NaN where a series is shorter.
-
-    Gathers only those cells from the history ring (not whole rows)."""
-    idx = (pos[:, None] - width + np.arange(width)[None, :]) % HISTORY
-    vals = hist[s[:, None], idx]
-    too_old = np.arange(width)[None, :] < (width - np.minimum(count, width))[:, None]
-    vals[too_old] = np.nan
-    return vals
-
-
-def _median(vals: np.ndarray) -> np.ndarray:
-    """Row medians ignoring NaN (mean of the two middle values for an even count; NaN if empty).
-
-    One sort per call: ``np.nanmedian`` falls back to a Python loop per row on small arrays.
-    """
-    c = (~np.isnan(vals)).sum(axis=1)
-    if len(c) and (c == vals.shape[1]).all():  # full windows (the steady state): partial sort
-        w = vals.shape[1]
-        kth = sorted({(w - 1) // 2, w // 2})
-        part = np.partition(vals, kth, axis=1)
-        return (part[:, (w - 1) // 2] + part[:, w // 2]) / 2
-    s = np.sort(vals, axis=1)  # NaN sorts last
-    rows = np.arange(len(s))
-    lo, hi = np.maximum((c - 1) // 2, 0), np.maximum(c // 2, 0)
-    out = (s[rows, lo] + s[rows, hi]) / 2
-    out[c == 0] = np.nan
-    return out
-
-
-def _mean(vals: np.ndarray) -> np.ndarray:
-    c = (~np.isnan(vals)).sum(axis=1)
-    with np.errstate(all="ignore"):
-        return np.nansum(vals, axis=1) / c
-
-
-def _median_last(vals: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """Median of the last ``lengths[i]`` entries of row i of ``vals`` (newest last; NaN ignored)."""
-    if len(lengths) and (lengths == lengths[0]).all():  # one length for all rows: just slice
-        return _median(vals[:, vals.shape[1] - int(lengths[0]) :])
-    width = int(lengths.max()) if len(lengths) else 0
-    vals = vals[:, vals.shape[1] - width :]
-    v = vals.copy()
-    v[np.arange(width)[None, :] < (width - lengths)[:, None]] = np.nan
-    return _median(v)
-
-
-def _trimmed_mean(vals: np.ndarray) -> np.ndarray:
-    """α-trimmed mean (α = 0.3) of the non-NaN values of each row: mean of sorted[T : M-T], T = ⌊αM⌋."""
-    m = (~np.isnan(vals)).sum(axis=1)
-    full = m == vals.shape[1]
-    if full.all() and len(m):
-        return _trimmed_full(vals)
-    out = _trimmed_general(vals, m)
-    if full.any():  # the path depends only on the row's own window, so results never depend on batching
-        out[full] = _trimmed_full(vals[full])
-    return out
-
-
-def _trimmed_full(vals: np.ndarray) -> np.ndarray:
-    """Trimmed mean of full windows: a partial sort finds the kept middle."""
-    w = vals.shape[1]
-    t = int(np.floor(_TRIM * w))
-    part = np.partition(vals, [t, w - t - 1], axis=1) if t else vals
-    return part[:, t : w - t].mean(axis=1)
-
-
-def _trimmed_general(vals: np.ndarray, m: np.ndarray) -> np.ndarray:
-    s = np.sort(vals, axis=1)  # NaN sorts last
-    t = np.floor(_TRIM * m).astype(np.int64)
-    cs = np.concatenate([np.zeros((len(s), 1)), np.cumsum(np.nan_to_num(s), axis=1)], axis=1)
-    rows = np.arange(len(s))
-    with np.errstate(all="ignore"):
-        return (cs[rows, m - t] - cs[rows, t]) / (m - 2 * t)
-
-
-class ForecastBank(Operator):
+class ForecastBank(Decider):
     """The NWS forecaster bank with dynamic selection, per (job, node, metric) series.
 
     Output: a batch with the same rows and metric columns, whose values are the MSE forecasts of
@@ -182,6 +86,11 @@ class ForecastBank(Operator):
     (20.0, 'last_value')
     """
 
+    output = "forecast"
+
+    def records(self, out: Batch | list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return forecast_records(out) if isinstance(out, Batch) else out
+
     def __init__(
         self,
         metrics: list[str] | None = None,
@@ -199,7 +108,6 @@ class ForecastBank(Operator):
     # -- state ------------------------------------------------------------------------------------
     def warm_up(self) -> None:
         op = self.clone()
-        op.reset()
         op.update(warm_batch(tuple(self.metrics or ("x",))))
 
     def reset(self) -> None:
@@ -388,16 +296,16 @@ class ForecastBank(Operator):
 
         # 2. adaptive-median window moves use the history *before* x is inserted
         n_before = self.count_[s]
-        prev = _last(self.hist_, s, self.pos_[s], n_before, 56)
+        prev = last_values(self.hist_, s, self.pos_[s], n_before, 56)
         adapt_w = self.adapt_w_[s]
         for j, (_, lo, hi, step) in enumerate(ADAPTIVE):
             w = adapt_w[:, j]
             cands = np.stack([w, w - step, w + step], axis=1)
             if len(w) and (n_before > 0).any():
-                meds = np.stack([_median_last(prev, np.minimum(c, n_before)) for c in cands.T], axis=1)
+                meds = np.stack([median_last(prev, np.minimum(c, n_before)) for c in cands.T], axis=1)
                 errs = (x[:, None] - meds) ** 2
                 errs[np.isnan(errs)] = np.inf
-                best = _first_min(errs)  # ties keep w
+                best = first_min(errs)  # ties keep w
                 moved = np.clip(cands[np.arange(len(w)), best], lo, hi)
                 adapt_w[:, j] = np.where(n_before > 0, moved, w)
         self.adapt_w_[s] = adapt_w
@@ -412,19 +320,19 @@ class ForecastBank(Operator):
         e = self.exp_[s]
         e = np.where(np.isnan(e), x[:, None], e + np.array(GAINS)[None, :] * (x[:, None] - e))
         self.exp_[s] = e
-        last = _last(self.hist_, s, self.pos_[s], n, 51)
+        last = last_values(self.hist_, s, self.pos_[s], n, 51)
         f = np.empty((len(s), N_PRIMARY))
         f[:, 0] = x
         f[:, 1] = mean
         f[:, 2:10] = e
-        f[:, 10] = _median(last[:, -31:])
-        f[:, 11] = _median(last[:, -5:])
-        f[:, 12] = _mean(last[:, -31:])
-        f[:, 13] = _mean(last[:, -5:])
-        f[:, 14] = _trimmed_mean(last[:, -31:])
-        f[:, 15] = _trimmed_mean(last)
-        f[:, 16] = _median_last(last, np.minimum(adapt_w[:, 0], n))
-        f[:, 17] = _median_last(last, np.minimum(adapt_w[:, 1], n))
+        f[:, 10] = row_median(last[:, -31:])
+        f[:, 11] = row_median(last[:, -5:])
+        f[:, 12] = row_mean(last[:, -31:])
+        f[:, 13] = row_mean(last[:, -5:])
+        f[:, 14] = trimmed_mean(last[:, -31:])
+        f[:, 15] = trimmed_mean(last)
+        f[:, 16] = median_last(last, np.minimum(adapt_w[:, 0], n))
+        f[:, 17] = median_last(last, np.minimum(adapt_w[:, 1], n))
         self.pending_[s] = f
 
         # 4. selectors pick a primary by windowed error
@@ -432,7 +340,7 @@ class ForecastBank(Operator):
         errors = self._errors(s, kk)
         choice = np.zeros((len(s), N_SELECTOR), dtype=np.int64)
         for j, key in enumerate(SELECTORS):
-            choice[:, j] = _first_min(errors[key])  # ties -> lowest index
+            choice[:, j] = first_min(errors[key])  # ties -> lowest index
         sel_out = np.take_along_axis(f, choice, axis=1)
         self.sel_choice_[s] = choice
         self.sel_pending_[s] = sel_out
@@ -440,12 +348,12 @@ class ForecastBank(Operator):
         # 5. final MSE and MAE forecasts
         rows = np.arange(len(s))
         if self.mode == "flat":
-            primary = _first_min(errors[("mse", int(self.sel_window))])
+            primary = first_min(errors[("mse", int(self.sel_window))])
             mse_f = f[rows, primary]
-            mae_f = f[rows, _first_min(errors[("mae", int(self.sel_window))])]
+            mae_f = f[rows, first_min(errors[("mae", int(self.sel_window))])]
         else:
-            best_mse = _first_min(self.sel_se_[s])  # ties -> first selector
-            best_mae = _first_min(self.sel_ae_[s])
+            best_mse = first_min(self.sel_se_[s])  # ties -> first selector
+            best_mae = first_min(self.sel_ae_[s])
             mse_f = sel_out[rows, best_mse]
             mae_f = sel_out[rows, best_mae]
             primary = choice[rows, best_mse]
@@ -487,8 +395,6 @@ class ForecastBank(Operator):
 
     # -- batches ------------------------------------------------------------------------------------
     def update(self, batch: Batch) -> Batch:
-        if not hasattr(self, "cols_"):
-            self.reset()
         if self.metrics is not None:
             wanted = [j for j, m in enumerate(batch.metrics) if m in set(self.metrics)]
             batch = batch.with_values(batch.values[:, wanted], [batch.metrics[j] for j in wanted])

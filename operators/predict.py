@@ -13,17 +13,20 @@ sets the expectation.
 
 from __future__ import annotations
 
+import contextlib
 from collections import deque
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from perfsift.operators.base import Operator
+from perfsift.models import bundled
+from perfsift.models.expressions import ModelError
+from perfsift.models.structural import Prediction, StructuralModel
+from perfsift.operators.base import Decider
 from perfsift.operators.batch import Batch
 from perfsift.operators.contract import STATES, ViolationTracker
+from perfsift.operators.contract.rules import DEFAULT_RULEBASE, Rulebase
 from perfsift.operators.forecast import ForecastBank
-from perfsift.operators.fuzzy import DEFAULT_RULEBASE, Rulebase
-from perfsift.operators.model import ModelError, Prediction, StructuralModel
 
 
 def load_model(model: str | Path | StructuralModel) -> StructuralModel:
@@ -33,15 +36,13 @@ def load_model(model: str | Path | StructuralModel) -> StructuralModel:
     p = Path(model)
     if p.is_file():
         return StructuralModel.load(p)
-    from perfsift.models import bundled
-
     try:
         return StructuralModel.load(bundled(str(model)))
     except FileNotFoundError as e:
         raise ModelError(f"no model file {str(model)!r} and {e}", str(model)) from None
 
 
-class ModelPredictor(Operator):
+class ModelPredictor(Decider):
     """Predict a structural model's outputs every timestamp of every job, from the forecasts.
 
     Parameters
@@ -49,7 +50,7 @@ class ModelPredictor(Operator):
     model : str
         Model file path or bundled model name.
     method : str
-        ``"auto"``, ``"first-order"`` or ``"monte-carlo"`` (see :mod:`perfsift.operators.model`).
+        ``"auto"``, ``"first-order"`` or ``"monte-carlo"`` (see :mod:`perfsift.models.structural`).
     samples, seed : int
         Monte Carlo draws per prediction and the seed (each prediction reseeds from (seed, ts), so
         a replay gives the same numbers).
@@ -64,6 +65,17 @@ class ModelPredictor(Operator):
 
     Output: a list of ``perf.prediction`` records (``schemas/prediction.avsc``).
     """
+
+    output = "prediction"
+    FILE_PARAMS = ("model",)
+
+    def param_file(self, name: str) -> Path | None:
+        """The model file: a path, or the bundled model of that name."""
+        path = super().param_file(name)
+        if path is None and name == "model" and isinstance(self.model, str):
+            with contextlib.suppress(FileNotFoundError):
+                path = bundled(self.model)
+        return path
 
     def __init__(
         self,
@@ -94,7 +106,6 @@ class ModelPredictor(Operator):
         m = self.model_
         self.inputs_ = {n: p.metric for n, p in m.parameters.items() if p.metric is not None}
         self.bank_ = ForecastBank(metrics=sorted(set(self.inputs_.values())))
-        self.bank_.reset()
         rb = Rulebase.parse(self.rulebase or DEFAULT_RULEBASE, "prediction rulebase")
         self.lut_x_, self.lut_y_ = rb.table()
         self.tracker_ = ViolationTracker(self.theta_on, self.theta_off, self.k_persist)
@@ -146,8 +157,6 @@ class ModelPredictor(Operator):
 
     # -- streaming ---------------------------------------------------------------------------------
     def update(self, batch: Batch) -> list[dict[str, Any]]:
-        if not hasattr(self, "model_"):
-            self.reset()
         records: list[dict[str, Any]] = []
         if not len(batch):
             return records

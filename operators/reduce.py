@@ -8,19 +8,20 @@ metrics (``pursuit``), the data-reduction set (``reduction``) or their ``union``
 ``keep`` (e.g. the metrics a contract needs). Before the first selection everything passes, and
 every ``full_every``-th period passes whole so selection can be re-evaluated downstream.
 
-Output: a dict topic → records, routed by the stage: ``perf.reduced`` (column batches, one record
-per input sample: the kept metrics, ``selection_version``, ``full``), ``perf.selection``
-(the selection records) and ``perf.control`` (a control record whenever the kept set of a job
-changes, for adaptive producers).
+Output, per kind (a :class:`~perfsift.operators.base.Router`; the stage writes each kind to its
+topic, by default ``perf.reduced``, ``perf.selection``, ``perf.control``): ``reduced`` (column
+batches, one record per input sample: the kept metrics, ``selection_version``, ``full``),
+``selection`` (the selection records) and ``control`` (a control record whenever the kept set of a
+job changes, for adaptive producers).
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
-from perfsift.operators.base import Operator
+from perfsift.operators.base import Router
 from perfsift.operators.batch import Batch
 from perfsift.operators.pursuit import ProjectionPursuit
 from perfsift.operators.selection import DataReduction
@@ -41,7 +42,7 @@ class _JobSelection:
         self.values_out = 0
 
 
-class Reduce(Operator):
+class Reduce(Router):
     """See the module docstring.
 
     Parameters
@@ -60,6 +61,9 @@ class Reduce(Operator):
     control : bool
         Emit control records for adaptive producers.
     """
+
+    #: the reduced samples (a batch per job and period), selection records, control records
+    outputs: ClassVar[dict[str, bool]] = {"reduced": True, "selection": False, "control": False}
 
     STATE_VERSION = 2
 
@@ -92,17 +96,12 @@ class Reduce(Operator):
             raise ValueError("full_every must be >= 0")
         self.pp_ = ProjectionPursuit(**(self.pursuit or {})) if self.pursuit is not None else None
         self.dr_ = DataReduction(**self.reduction) if self.reduction is not None else None
-        for op in (self.pp_, self.dr_):
-            if op is not None:
-                op.reset()
         self.period_ = self.pp_.period if self.pp_ is not None else 30.0  # reduction alone: 30 s periods
         self.jobs_: dict[str, _JobSelection] = {}
 
     # -- streaming --------------------------------------------------------------------------------
     def update(self, batch: Batch) -> dict[str, Any]:
-        if not hasattr(self, "jobs_"):
-            self.reset()
-        out: dict[str, Any] = {"perf.reduced": [], "perf.selection": [], "perf.control": []}
+        out: dict[str, Any] = {"reduced": [], "selection": [], "control": []}
         if len(batch) == 0:
             return out
         records: list[dict[str, Any]] = []
@@ -120,15 +119,13 @@ class Reduce(Operator):
 
     def flush(self) -> dict[str, Any]:
         """End of an archived trace: close the open periods and let every held sample out."""
-        out: dict[str, Any] = {"perf.reduced": [], "perf.selection": [], "perf.control": []}
-        if not hasattr(self, "jobs_"):
-            return out
+        out: dict[str, Any] = {"reduced": [], "selection": [], "control": []}
         self._decide(self.pp_.flush() if self.pp_ is not None else [], out)
         self._release(out, final=True)
         return out
 
     def _decide(self, records: list[dict[str, Any]], out: dict[str, Any]) -> None:
-        out["perf.selection"] += records
+        out["selection"] += records
         for rec in records:
             self._apply(rec, out)
 
@@ -156,7 +153,7 @@ class Reduce(Operator):
                 rows = np.flatnonzero(ready)
                 for q in np.unique(periods[rows]).tolist():
                     sel = rows[periods[rows] == q]
-                    out["perf.reduced"] += self._reduce_job(job, held.take(sel), int(q))
+                    out["reduced"] += self._reduce_job(job, held.take(sel), int(q))
 
     def _apply(self, rec: dict[str, Any], out: dict[str, Any]) -> None:
         st = self.jobs_.setdefault(rec["job"], _JobSelection())
@@ -182,7 +179,7 @@ class Reduce(Operator):
         st.history.append((from_period, kept, st.version))
         if self.control:
             per_node = self._samples_per_period(rec)
-            out["perf.control"].append(
+            out["control"].append(
                 {
                     "job": rec["job"],
                     "version": st.version,
@@ -229,7 +226,7 @@ class Reduce(Operator):
         """Per job: samples, metric values in and out, their ratio, the kept metrics and version."""
         out = {}
         # a copy first: live views call this from another thread while update() may add a job
-        for job, st in list(getattr(self, "jobs_", {}).items()):
+        for job, st in list(self.jobs_.items()):
             ratio = st.values_out / st.values_in if st.values_in else math.nan
             out[job] = {
                 "samples": st.samples,

@@ -1,5 +1,7 @@
-"""Step 2 of statistical data reduction (METHODS.md §2.2): backward elimination against the
-performance metric, and :class:`DataReduction`, the streaming operator that runs both steps.
+"""Statistical data reduction (METHODS.md §2.2): step 2, backward elimination
+(:mod:`~perfsift.operators.regression`) against the performance metric over the representatives of
+step 1's clusters (:mod:`~perfsift.operators.redundancy`), and :class:`DataReduction`, the streaming
+operator that runs both steps.
 
 Features are (node, metric) pairs named ``node/metric``; rows are time buckets of ``interval``
 seconds (value = mean within the bucket); a row is used when the response (``perf_metric``, from
@@ -8,11 +10,11 @@ any node) is present.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import math
 from typing import Any
 
 import numpy as np
-from perfsift.operators.base import Operator
+from perfsift.operators.base import Decider
 from perfsift.operators.batch import Batch
 from perfsift.operators.redundancy import (
     Z95,
@@ -21,175 +23,7 @@ from perfsift.operators.redundancy import (
     cluster_features,
     constant_features,
 )
-
-SQUARE = "^2"
-
-
-@dataclass
-class Regression:
-    """Result of backward elimination (coefficients in the original units)."""
-
-    terms: list[str]
-    coefficients: list[float]
-    intercept: float
-    centers: dict[str, float]  # centre c_j of each kept quadratic term (x - c)^2
-    r2: float
-    adj_r2: float
-    n: int
-    history: list[tuple[str, float]] = field(default_factory=list)
-    collinear: list[str] = field(default_factory=list)
-    ridge: float = 0.0
-    skipped: str | None = None
-
-    @property
-    def metrics(self) -> list[str]:
-        """Features kept through their linear or their quadratic term, in term order."""
-        return list(dict.fromkeys(t.removesuffix(SQUARE) for t in self.terms))
-
-    @property
-    def quadratic(self) -> list[str]:
-        return [t.removesuffix(SQUARE) for t in self.terms if t.endswith(SQUARE)]
-
-
-def design(
-    x: np.ndarray, names: list[str], quadratic: bool, centers: dict[str, float] | None = None
-) -> tuple[np.ndarray, list[str], dict[str, float]]:
-    """Columns x_j and, with ``quadratic``, (x_j − c_j)² with c_j the column mean (or the given centres)."""
-    if not quadratic:
-        return x, list(names), {}
-    c = centers if centers is not None else {n: float(np.mean(x[:, j])) for j, n in enumerate(names)}
-    sq = np.stack([(x[:, j] - c[n]) ** 2 for j, n in enumerate(names)], axis=1) if names else x[:, :0]
-    return np.concatenate([x, sq], axis=1), [*names, *(n + SQUARE for n in names)], c
-
-
-def _drop_collinear(z: np.ndarray, tol: float = 1e-10) -> list[int]:
-    """Greedy pivoted Cholesky on the correlation of standardised columns: indexes of the columns
-    whose residual variance on the accepted ones is >= tol."""
-    n = len(z)
-    corr = z.T @ z / n
-    keep: list[int] = []
-    chol = np.zeros((0, 0))
-    for j in range(corr.shape[0]):
-        if keep:
-            v = np.linalg.solve(chol, corr[keep, j])
-            resid = corr[j, j] - v @ v
-        else:
-            v, resid = np.zeros(0), corr[j, j]
-        if resid >= tol:
-            keep.append(j)
-            new = np.zeros((len(keep), len(keep)))
-            new[:-1, :-1] = chol
-            new[-1, :-1] = v
-            new[-1, -1] = np.sqrt(resid)
-            chol = new
-    return keep
-
-
-def backward_elimination(
-    x: np.ndarray, y: np.ndarray, names: list[str], f_out: float = 2.0, centers: dict[str, float] | None = None
-) -> Regression:
-    """OLS with intercept, then remove the term with the smallest partial F while F < ``f_out``.
-
-    Partial F from the inverse cross-product (``F_j = β_j² / (s² G_jj)`` = t_j²) and the O(p²)
-    sweep down-date; G is recomputed every 20 removals or when a diagonal turns non-positive.
-    """
-    n, p = x.shape
-    if p == 0 or n < p + 2:
-        return Regression(
-            [],
-            [],
-            float(np.mean(y)) if n else float("nan"),
-            {},
-            0.0,
-            0.0,
-            n,
-            skipped=f"need at least p + 2 = {p + 2} complete rows, have {n}" if p else "no candidates",
-        )
-    mean, sd = x.mean(axis=0), x.std(axis=0)
-    sd = np.where(sd > 0, sd, 1.0)
-    z = (x - mean) / sd
-    keep = _drop_collinear(z)
-    collinear = [names[j] for j in range(p) if j not in keep]
-    z = z[:, keep]
-    terms = [names[j] for j in keep]
-    mean, sd = mean[keep], sd[keep]
-    yc = y - y.mean()
-    sst = float(yc @ yc)
-    xtx = z.T @ z
-    xty = z.T @ yc
-    ridge = 0.0
-    if np.linalg.cond(xtx) > 1e12:
-        ridge = 1e-10 * np.trace(xtx) / len(terms)
-
-    def fit(cols: list[int]) -> tuple[np.ndarray, np.ndarray, float]:
-        a = xtx[np.ix_(cols, cols)] + ridge * np.eye(len(cols))
-        g = np.linalg.inv(a)
-        b = g @ xty[cols]
-        return g, b, sst - float(b @ xty[cols])
-
-    active = list(range(len(terms)))
-    g, b, sse = fit(active)
-    history: list[tuple[str, float]] = []
-    removals = 0
-    while active:
-        df = n - len(active) - 1
-        s2 = sse / df if df > 0 else np.inf
-        f = b**2 / (s2 * np.diag(g)) if s2 > 0 else np.full(len(active), np.inf)
-        k = int(np.argmin(f))  # ties -> lowest index
-        if f[k] >= f_out:
-            break
-        history.append((terms[active[k]], float(f[k])))
-        gk = g[:, k].copy()
-        sse += b[k] ** 2 / g[k, k]
-        b = np.delete(b - gk * b[k] / g[k, k], k)
-        g = np.delete(np.delete(g - np.outer(gk, gk) / g[k, k], k, 0), k, 1)
-        del active[k]
-        removals += 1
-        if active and (removals % 20 == 0 or (np.diag(g) <= 0).any()):
-            g, b, sse = fit(active)
-    sel = [terms[i] for i in active]
-    coef = b / sd[active]
-    intercept = float(y.mean() - coef @ mean[active]) if active else float(y.mean())
-    r2 = 1 - sse / sst if sst > 0 else 0.0
-    adj = 1 - (1 - r2) * (n - 1) / (n - len(sel) - 1) if n - len(sel) - 1 > 0 else r2
-    used_centers = {
-        t.removesuffix(SQUARE): (centers or {}).get(t.removesuffix(SQUARE), 0.0) for t in sel if t.endswith(SQUARE)
-    }
-    return Regression(
-        sel,
-        [float(c) for c in coef],
-        intercept,
-        used_centers,
-        float(r2),
-        float(adj),
-        n,
-        history,
-        collinear,
-        float(ridge),
-    )
-
-
-def refit_r2(x: np.ndarray, y: np.ndarray, names: list[str], terms: list[str], centers: dict[str, float]) -> float:
-    """R² of an OLS refit of ``terms`` (linear ``f`` or quadratic ``f^2`` about ``centers``) on new data,
-    as the paper verifies a selection on other traces. Rows with a missing value are skipped."""
-    ix = {n: j for j, n in enumerate(names)}
-    cols = []
-    for t in terms:
-        base = t.removesuffix(SQUARE)
-        v = x[:, ix[base]] if base in ix else np.full(len(x), np.nan)
-        cols.append((v - centers.get(base, 0.0)) ** 2 if t.endswith(SQUARE) else v)
-    a = np.stack(cols, axis=1) if cols else np.empty((len(x), 0))
-    ok = ~np.isnan(y) & ~np.isnan(a).any(axis=1)
-    a, yy = a[ok], y[ok]
-    if len(yy) < len(terms) + 2:
-        return float("nan")
-    sd = a.std(axis=0)
-    a = (a - a.mean(axis=0)) / np.where(sd > 0, sd, 1.0)  # squared counters reach 1e16: scale before solving
-    design_m = np.concatenate([np.ones((len(yy), 1)), a], axis=1)
-    beta, *_ = np.linalg.lstsq(design_m, yy, rcond=None)
-    resid = yy - design_m @ beta
-    sst = float(((yy - yy.mean()) ** 2).sum())
-    return float(1 - resid @ resid / sst) if sst > 0 else 0.0
+from perfsift.operators.regression import backward_elimination, design
 
 
 def reduce_metrics(
@@ -318,7 +152,7 @@ class _Job:
         self.version = 0
 
 
-class DataReduction(Operator):
+class DataReduction(Decider):
     """Streaming two-step data reduction per job; emits ``reduction`` selection records when the
     selection changes.
 
@@ -342,6 +176,10 @@ class DataReduction(Operator):
     lateness : int
         Buckets to wait for late samples before a bucket becomes a row.
     """
+
+    output = "selection"
+    #: 2: pending buckets hold the raw values (exact bucket means), not per-batch means
+    STATE_VERSION = 2
 
     def __init__(
         self,
@@ -375,8 +213,6 @@ class DataReduction(Operator):
         self.jobs_: dict[str, _Job] = {}
 
     def update(self, batch: Batch) -> list[dict[str, Any]]:
-        if not hasattr(self, "jobs_"):
-            self.reset()
         out: list[dict[str, Any]] = []
         for ji, job in enumerate(batch.jobs):
             rows = np.nonzero(batch.job_idx == ji)[0]
@@ -385,50 +221,67 @@ class DataReduction(Operator):
         return out
 
     def _update_job(self, job: str, batch: Batch) -> list[dict[str, Any]]:
+        """Collect the job's values per bucket; every bucket that is ready (``lateness`` buckets
+        behind the newest) becomes one row, in bucket order, and the clustering is reconsidered
+        after each row. Bucket means are exact (``fsum``) and rows go in one at a time, so the
+        records are the same however the stream is cut into batches."""
         st = self.jobs_.setdefault(job, _Job(self))
-        buckets, vals, y, names = bucket_rows(batch, self.interval, self.perf_metric)
-        for i, bk in enumerate(buckets.tolist()):
-            feats, ys = st.pending.setdefault(bk, ({}, []))
-            for j in np.nonzero(~np.isnan(vals[i]))[0]:
-                feats.setdefault(names[j], []).append(vals[i, j])  # bucket means of sub-batches, averaged
-            if not np.isnan(y[i]):
-                ys.append(y[i])
-        if len(buckets):
-            st.max_bucket = max(int(buckets.max()), st.max_bucket if st.max_bucket is not None else -(2**62))
-        ready = sorted(b for b in st.pending if st.max_bucket is not None and b <= st.max_bucket - self.lateness)
+        self._collect(st, batch)
+        if st.max_bucket is None:
+            return []
+        ready = sorted(b for b in st.pending if b <= st.max_bucket - self.lateness)
         records: list[dict[str, Any]] = []
-        if not ready:
-            return records
-        new_names = sorted({n for b in ready for n in st.pending[b][0]} - set(st.names))
-        if new_names:
-            st.names += new_names
-            st.ring_x = np.concatenate([st.ring_x, np.full((self.window, len(new_names)), np.nan)], axis=1)
-        ix = {n: j for j, n in enumerate(st.names)}
-        mat = np.full((len(ready), len(st.names)), np.nan)
-        yv = np.full(len(ready), np.nan)
-        for i, b in enumerate(ready):
+        for b in ready:
             feats, ys = st.pending.pop(b)
+            if not ys:  # a row is used when the response is present
+                continue
+            new_names = sorted(set(feats) - set(st.names))
+            if new_names:
+                st.names += new_names
+                st.ring_x = np.concatenate([st.ring_x, np.full((self.window, len(new_names)), np.nan)], axis=1)
+            row = np.full(len(st.names) + 1, np.nan)
+            ix = {n: j for j, n in enumerate(st.names)}
             for n, v in feats.items():
-                mat[i, ix[n]] = float(np.mean(v))
-            if ys:
-                yv[i] = float(np.mean(ys))
-        keep = ~np.isnan(yv)  # a row is used when the response is present
-        mat, yv, tv = mat[keep], yv[keep], np.array(ready, dtype=np.float64)[keep] * self.interval
-        if len(yv) == 0:
-            return records
-        st.moments.add(np.concatenate([mat, yv[:, None]], axis=1), [*st.names, "__response__"])
-        for i in range(len(yv)):
-            st.ring_x[st.pos] = mat[i]
-            st.ring_y[st.pos] = yv[i]
-            st.ring_t[st.pos] = tv[i]
+                row[ix[n]] = math.fsum(v) / len(v)
+            row[-1] = math.fsum(ys) / len(ys)
+            st.moments.add(row[None, :], [*st.names, "__response__"])
+            st.ring_x[st.pos] = row[:-1]
+            st.ring_y[st.pos] = row[-1]
+            st.ring_t[st.pos] = b * self.interval
             st.pos = (st.pos + 1) % self.window
             st.filled = min(st.filled + 1, self.window)
-        st.since += len(yv)
-        if self._should_recluster(st):
-            rec = self._recluster(job, st)
-            if rec is not None:
-                records.append(rec)
+            st.since += 1
+            if self._should_recluster(st):
+                rec = self._recluster(job, st)
+                if rec is not None:
+                    records.append(rec)
         return records
+
+    def _collect(self, st: _Job, batch: Batch) -> None:
+        """Every known value of the batch into its bucket's lists: ``node/metric`` features, and
+        the response (``perf_metric`` of any node)."""
+        buckets = np.floor(batch.ts / self.interval).astype(np.int64)
+        rows, cols = np.nonzero(~np.isnan(batch.values))
+        if not len(rows):
+            return
+        y_col = batch.metrics.index(self.perf_metric) if self.perf_metric in batch.metrics else -1
+        feature = batch.node_idx[rows] * len(batch.metrics) + cols
+        order = np.lexsort((feature, buckets[rows]))  # stable: each group keeps the arrival order
+        rows, cols, feature = rows[order], cols[order], feature[order]
+        values = batch.values[rows, cols]
+        group_bucket = buckets[rows]
+        starts = np.flatnonzero(np.r_[True, (np.diff(group_bucket) != 0) | (np.diff(feature) != 0)])
+        ends = np.r_[starts[1:], len(rows)]
+        for a, e in zip(starts.tolist(), ends.tolist(), strict=True):
+            feats, ys = st.pending.setdefault(int(group_bucket[a]), ({}, []))
+            c = int(cols[a])
+            if c == y_col:
+                ys.extend(values[a:e].tolist())
+            else:
+                name = f"{batch.nodes[batch.node_idx[rows[a]]]}/{batch.metrics[c]}"
+                feats.setdefault(name, []).extend(values[a:e].tolist())
+        newest = int(buckets.max())
+        st.max_bucket = newest if st.max_bucket is None else max(newest, st.max_bucket)
 
     def _should_recluster(self, st: _Job) -> bool:
         every = self.recluster_every or max(self.window // 10, 1)
@@ -470,7 +323,7 @@ class DataReduction(Operator):
         x = st.ring_x[: st.filled][order]
         y = st.ring_y[: st.filled][order]
         res = _step2(x, y, names, cl, self.quadratic, self.f_out, s["r"][fi, yi], self.threshold)
-        if res["selected"] == st.selected:
+        if st.selected is not None and set(res["selected"]) == set(st.selected):  # the same set, maybe reordered
             return None
         st.selected = res["selected"]
         st.version += 1

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 from perfsift.operators._keyed import KeyedColumns, group_rows, grow
-from perfsift.operators.base import Operator
+from perfsift.operators.base import Transformer
 from perfsift.operators.batch import Batch
 
 
@@ -50,7 +50,7 @@ def _window_sums(padded: np.ndarray, starts: npt.NDArray[np.int64], w: int) -> n
     return out
 
 
-class SlidingMean(Operator):
+class SlidingMean(Transformer):
     """Average of the last ``window`` samples of each (job, node) and metric.
 
     ``x̄_t = (1/w) Σ_{k<w} x_{t-k}`` over the values present (NaN skipped). Before ``window``
@@ -83,8 +83,6 @@ class SlidingMean(Operator):
         self.seen_ = np.zeros(0, dtype=np.int64)
 
     def update(self, batch: Batch) -> Batch:
-        if not hasattr(self, "cols_"):
-            self.reset()
         if len(batch) == 0:
             return _smoothed(batch, batch.values.copy(), warm=np.zeros(0, dtype=bool))
         w, h = self.window, self.window - 1
@@ -132,7 +130,7 @@ class SlidingMean(Operator):
         self.seen_ = arrays["seen"].astype(np.int64).copy()
 
 
-class Ewma(Operator):
+class Ewma(Transformer):
     """Exponentially weighted mean and variance per (job, node) and metric.
 
     ``m_t = m_{t-1} + α (x_t − m_{t-1})`` and ``v_t = (1−α)(v_{t-1} + α (x_t − m_{t-1})²)``,
@@ -165,8 +163,6 @@ class Ewma(Operator):
         self.var_ = np.full((0, 0), np.nan)
 
     def update(self, batch: Batch) -> Batch:
-        if not hasattr(self, "cols_"):
-            self.reset()
         k = len(batch)
         cols = self.cols_.metric_columns(batch.metrics)
         keys = self.cols_.row_keys(batch)

@@ -343,7 +343,7 @@ def sor(
     should flag). Truth: the realised parameters, times and the slowed iterations.
     """
     from perfsift.models import bundled
-    from perfsift.operators.model import StructuralModel
+    from perfsift.models.structural import StructuralModel
 
     m = StructuralModel.load(bundled(model))
     rng = np.random.default_rng(seed)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import itertools
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
@@ -22,7 +21,7 @@ from perfsift.producers import number_samples
 from perfsift.producers.traces import TraceWriter, iter_samples
 from perfsift.schemas import RecordError, batch_to_samples, decode_samples
 from perfsift.streams.config import PipelineConfig, StageConfig
-from perfsift.streams.runner import Taps, encode_outputs, encode_samples, run_chain
+from perfsift.streams.stage import Chain, Emitted, StageStats, merge_summaries
 
 #: topic -> output file name (topics not listed are not written)
 FILES = {
@@ -34,17 +33,6 @@ FILES = {
 }
 
 
-@dataclass
-class StageStats:
-    records_in: int = 0
-    records_out: int = 0
-    bytes_in: int = 0
-    bytes_out: int = 0
-    seconds: float = 0.0
-    dead_letters: int = 0
-    by_operator: dict[str, float] = field(default_factory=dict)
-
-
 class Analysis:
     """Runs a pipeline's stages in process; feed it raw samples, then :meth:`finish`."""
 
@@ -53,13 +41,8 @@ class Analysis:
         self.out_dir = out_dir
         out_dir.mkdir(parents=True, exist_ok=True)
         self.order = self._topological(cfg)
-        self.chains: dict[str, list[Operator]] = {}
-        for st in self.order:
-            chain = st.build_chain()
-            for op in chain:
-                op.reset()
-            self.chains[st.name] = chain
-        self.stats = {st.name: StageStats() for st in self.order}
+        self.chains = {st.name: Chain(st, cfg.encoding) for st in self.order}
+        self.stats = {st.name: StageStats(st.name) for st in self.order}
         self.files: dict[str, IO[bytes]] = {}
         self.sddf: TraceWriter | None = TraceWriter(out_dir / "reduced.sddf") if sddf else None
         self.flags = (out_dir / "clean-flags.jsonl").open("wb")
@@ -101,8 +84,8 @@ class Analysis:
     def _run(self, wire: dict[str, list[bytes]], final: bool) -> None:
         for st in self.order:
             stats = self.stats[st.name]
+            chain = self.chains[st.name]
             values = wire.get(st.input, [])
-            outputs: list[Any] = []
             if values:
                 stats.records_in += len(values)
                 stats.bytes_in += sum(map(len, values))
@@ -114,36 +97,31 @@ class Analysis:
                 stats.dead_letters += len(errors)
                 self.errors += errors
                 if len(batch):
-                    out, taps = self._chain(st, batch)
-                    outputs.append(out)
-                    for topic, (encoded, _) in encode_samples(taps, self.cfg.encoding).items():
-                        self._send(wire, stats, topic, encoded)
+                    self._send(wire, stats, chain.process(batch, self._timer(stats)))
             if final:
-                for op in self.chains[st.name]:
-                    if (held := op.flush()) is not None:
-                        outputs.append(held)
-            for out in outputs:
-                for topic, encoded in self._encode(st, out).items():
-                    stats.records_out += len(encoded)
-                    self._send(wire, stats, topic, encoded)
+                self._send(wire, stats, chain.flush())
 
-    def _send(self, wire: dict[str, list[bytes]], stats: StageStats, topic: str, encoded: list[bytes]) -> None:
-        """Records a stage publishes: on to the stages that read the topic, and to its file."""
-        wire.setdefault(topic, []).extend(encoded)
-        stats.bytes_out += sum(map(len, encoded))
-        self._write(topic, encoded)
+    def _send(self, wire: dict[str, list[bytes]], stats: StageStats, emitted: Emitted) -> None:
+        """Records a stage publishes: on to the stages that read the topic, and to their files."""
+        stats.records_out += emitted.records
+        stats.count_out(emitted.topics)
+        if self.sddf is not None and isinstance(emitted.output, dict):  # a router's reduced samples
+            for part in emitted.output.get("reduced", []):
+                for s in batch_to_samples(part):
+                    self.sddf.write(s)
+        for topic, (encoded, _) in emitted.topics.items():
+            wire.setdefault(topic, []).extend(encoded)
+            self._write(topic, encoded)
 
-    def _chain(self, st: StageConfig, batch: Batch) -> tuple[Any, Taps]:
-        stats = self.stats[st.name]
-
+    def _timer(self, stats: StageStats) -> Any:
         def after(op: Operator, out: Any, dt: float) -> None:
             name = type(op).__name__
             stats.by_operator[name] = stats.by_operator.get(name, 0.0) + dt
-            stats.seconds += dt
+            stats.busy_s += dt
             if isinstance(out, Batch) and "flags" in out.extra:  # the cleaner's report (perf.clean only)
                 self._write_flags(out)
 
-        return run_chain(st, self.chains[st.name], batch, after)
+        return after
 
     def _write_flags(self, batch: Batch) -> None:
         nodes = batch.node_names()
@@ -151,17 +129,6 @@ class Analysis:
             if f:
                 rec = {"ts": float(batch.ts[i]), "node": nodes[i], "seq": int(batch.seq[i]), "flags": f}
                 self.flags.write(orjson.dumps(rec) + b"\n")
-
-    def _encode(self, st: StageConfig, out: Any) -> dict[str, list[bytes]]:
-        """The records the stage would publish, per topic (the runner's own encoding)."""
-        if st.emit != "routed" and isinstance(out, dict):  # a flush that returned routed records
-            return {}
-        if self.sddf is not None and isinstance(out, dict):
-            for part in out.get("perf.reduced", []):
-                if isinstance(part, Batch):
-                    for s in batch_to_samples(part):
-                        self.sddf.write(s)
-        return {topic: encoded for topic, (encoded, _) in encode_outputs(st, out, self.cfg.encoding).items()}
 
     def _write(self, topic: str, encoded: list[bytes]) -> None:
         self.topic_counts[topic] = self.topic_counts.get(topic, 0) + len(encoded)
@@ -180,10 +147,7 @@ class Analysis:
         raw = self.stats[self.order[0].name].bytes_in if self.order else 0
         reduced = self.topic_bytes.get("perf.reduced", 0)
         smoothed = self.topic_bytes.get("perf.smoothed", 0)
-        per_job = {}
-        for chain in self.chains.values():
-            for op in chain:
-                per_job.update(op.summary())
+        per_job = merge_summaries(chain.summary() for chain in self.chains.values())
         return {
             "stages": {
                 name: {
@@ -192,7 +156,7 @@ class Analysis:
                     "bytes_in": s.bytes_in,
                     "bytes_out": s.bytes_out,
                     "dead_letters": s.dead_letters,
-                    "seconds": round(s.seconds, 4),
+                    "seconds": round(s.busy_s, 4),
                     "operators_seconds": {k: round(v, 4) for k, v in s.by_operator.items()},
                 }
                 for name, s in self.stats.items()
@@ -225,34 +189,3 @@ def analyze(
     summary.update(samples=n, rejected_lines=len(errors), elapsed_s=round(time.perf_counter() - t0, 3))
     (out_dir / "summary.json").write_bytes(orjson.dumps(summary, option=orjson.OPT_INDENT_2))
     return summary
-
-
-def with_options(cfg: PipelineConfig, perf_metric: str | None = None, contract: Path | None = None) -> PipelineConfig:
-    """The pipeline with statistical data reduction on ``perf_metric`` joined to every reduce
-    operator, and a contract stage (perf.smoothed -> perf.contract) for ``contract``."""
-    from dataclasses import replace
-
-    from perfsift.streams.config import OperatorSpec
-
-    stages = dict(cfg.stages)
-    if perf_metric:
-        for name, st in stages.items():
-            ops = tuple(
-                OperatorSpec(
-                    op.type,
-                    {**op.params, "reduction": {**(op.params.get("reduction") or {}), "perf_metric": perf_metric}},
-                )
-                if op.type == "reduce"
-                else op
-                for op in st.operators
-            )
-            stages[name] = replace(st, operators=ops)
-    if contract is not None:
-        stages["contract"] = StageConfig(
-            "contract",
-            "perf.smoothed",
-            ("perf.contract",),
-            (OperatorSpec("contract", {"contract": str(contract)}),),
-            "contract",
-        )
-    return replace(cfg, stages=stages)

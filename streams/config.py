@@ -1,8 +1,13 @@
-"""Pipeline configuration (YAML) and Kafka client properties.
+"""The pipeline file (YAML): stages, their operators and the shared settings.
 
-Precedence, lowest first: built-in defaults < pipeline YAML < environment (``PERFSIFT_*``;
-librdkafka properties as ``PERFSIFT_KAFKA_<PROPERTY>`` with dots written as underscores, e.g.
-``PERFSIFT_KAFKA_SASL_MECHANISM=SCRAM-SHA-512``) < command-line flags.
+Precedence, lowest first: built-in defaults < pipeline YAML < environment (``PERFSIFT_*``) <
+command-line flags (``--set key=value``). Kafka client properties are
+:mod:`perfsift.streams.clients`' business.
+
+What a stage publishes follows from the role of its last operator (``operators/base.py``): a
+transformer's samples go to the stage's ``outputs``; a decider's records to its kind's topic
+(``perf.selection``, ``perf.contract``, ...) unless ``outputs`` names others; a router's kinds each
+to the topic of that kind among ``outputs`` (default: all of them).
 """
 
 from __future__ import annotations
@@ -10,53 +15,21 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import yaml
-from perfsift.operators import ContractMonitor, Ewma, ForecastBank, Operator, SlidingMean
-from perfsift.operators.clean import Clean
-from perfsift.operators.contract import contract_records
-from perfsift.operators.forecast import PRIMARIES, forecast_records
-from perfsift.operators.predict import ModelPredictor
-from perfsift.operators.pursuit import ProjectionPursuit
-from perfsift.operators.reduce import Reduce
-from perfsift.operators.selection import DataReduction
-from perfsift.schemas.serde import encode_forecasts
-
-#: operator names usable in a pipeline file -> class
-OPERATORS: dict[str, type[Operator]] = {
-    "sliding_mean": SlidingMean,
-    "ewma": Ewma,
-    "forecast": ForecastBank,
-    "contract": ContractMonitor,
-    "data_reduction": DataReduction,
-    "pursuit": ProjectionPursuit,
-    "clean": Clean,
-    "reduce": Reduce,
-    "predict": ModelPredictor,
-}
-
-#: what a stage publishes: the record schema, how to turn the chain's output into records (None =
-#: samples, encoded column-wise) and the record field that keys the Kafka message
-EMITTERS: dict[str, tuple[str, Callable[[Any], list[dict[str, Any]]] | None, str]] = {
-    "samples": ("sample", None, "node"),
-    "contract": ("contract", contract_records, "node"),
-    "forecast": ("forecast", forecast_records, "node"),
-    "selection": ("selection", list, "job"),  # DataReduction and ProjectionPursuit return selection records
-    "prediction": ("prediction", list, "job"),  # ModelPredictor returns perf.prediction records
-    # the reduce operator returns {topic: records or batches}; each goes out with its topic's schema and key
-    "routed": ("", None, ""),
-}
-
-#: column-wise JSON for an emitter's records (encoded, keys): the same bytes as encoding the
-#: records that EMITTERS makes, without a dict per record
-JSON_ENCODERS: dict[str, Callable[[Any], tuple[list[bytes], list[bytes]]]] = {
-    "forecast": lambda out: encode_forecasts(out, PRIMARIES),
-}
+from perfsift.operators import OPERATORS, Decider, Operator, Router
+from perfsift.streams.knowledge import clean_params
+from perfsift.streams.topics import DEFAULT_TOPIC, TOPICS, kind_of
 
 GUARANTEES = ("auto", "at_least_once", "exactly_once")
+#: operators whose pipeline-file parameters name a source that the runtime reads for them
+_SOURCES: dict[str, Callable[[Mapping[str, Any]], dict[str, Any]]] = {"clean": clean_params}
+#: the ``emit:`` values older pipeline files state (it now follows from the last operator's role)
+_EMIT_ALIASES = {"samples": "transform", "routed": "route"}
 
 
 class ConfigError(ValueError):
@@ -71,9 +44,14 @@ class OperatorSpec:
     #: perf.clean from a stage that cleans and smooths); never the last operator (that is `outputs`)
     publish: tuple[str, ...] = ()
 
+    @cached_property
+    def arguments(self) -> dict[str, Any]:
+        """The constructor's arguments: the file's parameters, with the sources they name read
+        once (a clean operator's ``kb`` and ``app`` become the application's history)."""
+        return _SOURCES.get(self.type, dict)(self.params)
+
     def build(self) -> Operator:
-        cls = OPERATORS[self.type]
-        return cls(**self.params)
+        return OPERATORS[self.type](**self.arguments)
 
 
 @dataclass(frozen=True)
@@ -82,10 +60,28 @@ class StageConfig:
     input: str
     outputs: tuple[str, ...]
     operators: tuple[OperatorSpec, ...]
-    emit: str = "samples"
 
     def build_chain(self) -> list[Operator]:
         return [spec.build() for spec in self.operators]
+
+    @property
+    def last(self) -> type[Operator] | None:
+        """The class of the chain's last operator (None for an empty chain, which passes samples)."""
+        return OPERATORS[self.operators[-1].type] if self.operators else None
+
+    @property
+    def role(self) -> str:
+        """What the stage emits: ``transform`` (samples), ``decide`` (records of one kind) or
+        ``route`` (several kinds), after its last operator."""
+        return self.last.role if self.last is not None else "transform"
+
+    @cached_property
+    def routes(self) -> dict[str, tuple[str, ...]]:
+        """The output topics of each kind a router emits (``{"reduced": ("perf.reduced",), ...}``)."""
+        last = self.last
+        if last is None or not issubclass(last, Router):
+            return {}
+        return {kind: tuple(t for t in self.outputs if kind_of(t) == kind) for kind in last.outputs}
 
     @property
     def tapped(self) -> tuple[str, ...]:
@@ -117,6 +113,14 @@ class PipelineConfig:
         """Full topic name with the configured prefix."""
         return f"{self.topic_prefix}{name}"
 
+    def topics(self) -> tuple[list[str], list[str]]:
+        """All topic names of the pipeline (with prefix) and the compacted ones among them."""
+        names = [self.topic(t) for t in TOPICS]
+        for st in self.stages.values():
+            names += [self.topic(st.input), *(self.topic(o) for o in st.written)]
+        compacted = [self.topic(t.name) for t in TOPICS.values() if t.compacted]
+        return list(dict.fromkeys(names)), compacted
+
     def stage(self, name: str) -> StageConfig:
         try:
             return self.stages[name]
@@ -146,7 +150,7 @@ def _parse_operator(source: str, where: str, item: object) -> OperatorSpec:
         raise _err(source, f"{where}.publish", "must be a list of topics")
     spec = OperatorSpec(typ, params, tuple(publish))
     try:
-        spec.build().reset()
+        spec.build()  # constructing an operator checks its parameters
     except (TypeError, ValueError) as exc:
         raise _err(source, where, f"bad parameters for {typ}: {exc}") from None
     return spec
@@ -177,6 +181,54 @@ def _coerce(source: str, key: str, value: object) -> Any:
         return typ(value)
     except (TypeError, ValueError):
         raise _err(source, key, f"expected {typ.__name__}, got {value!r}") from None
+
+
+def _parse_stage(source: str, name: str, st: object) -> StageConfig:
+    where = f"stages.{name}"
+    if not isinstance(st, Mapping) or "input" not in st:
+        raise _err(source, where, "a stage needs 'input' (a topic), 'operators' and, for samples, 'outputs'")
+    unknown = set(st) - {"input", "outputs", "operators", "emit"}
+    if unknown:
+        raise _err(source, where, f"unknown keys {sorted(unknown)}; a stage has input, operators, outputs")
+    ops = tuple(
+        _parse_operator(source, f"{where}.operators[{i}]", item) for i, item in enumerate(st.get("operators") or [])
+    )
+    for i, op in enumerate(ops[:-1]):
+        if OPERATORS[op.type].role != "transform":
+            raise _err(source, f"{where}.operators[{i}]", f"{op.type} emits records, so it must be the last operator")
+    if ops and ops[-1].publish:
+        raise _err(
+            source,
+            f"{where}.operators[{len(ops) - 1}].publish",
+            "the last operator's output goes to the stage's outputs; list those topics there",
+        )
+    last = OPERATORS[ops[-1].type] if ops else None
+    outputs = st.get("outputs")
+    if outputs is None and last is not None and issubclass(last, Decider):
+        outputs = [DEFAULT_TOPIC[last.output]]
+    elif outputs is None and last is not None and issubclass(last, Router):
+        outputs = [DEFAULT_TOPIC[kind] for kind in last.outputs]
+    if isinstance(outputs, str) or not isinstance(outputs, list) or not outputs:
+        raise _err(source, where, "'outputs' must be a non-empty list of topics")
+    stage = StageConfig(name, str(st["input"]), tuple(map(str, outputs)), ops)
+    if "emit" in st:  # optional: older files state what the last operator's role says
+        said = _EMIT_ALIASES.get(str(st["emit"]), str(st["emit"]))
+        role = stage.role
+        does = role if last is None or not issubclass(last, Decider) else last.output
+        if said not in (does, role):
+            what = ops[-1].type if ops else "the stage"
+            raise _err(source, f"{where}.emit", f"{st['emit']!r} does not match what {what} emits ({does}); "
+                       "'emit' can be left out")  # fmt: skip
+    if last is not None and issubclass(last, Router):
+        unknown_topics = [o for o in stage.outputs if kind_of(o) not in last.outputs]
+        if unknown_topics:
+            raise _err(source, f"{where}.outputs", f"{ops[-1].type} emits {', '.join(last.outputs)}; "
+                       f"no such kind of output goes to {unknown_topics}")  # fmt: skip
+        missing = [kind for kind, topics in stage.routes.items() if not topics]
+        if missing:
+            raise _err(source, f"{where}.outputs", f"no topic for the {', '.join(missing)} output of {ops[-1].type} "
+                       f"(e.g. {', '.join(DEFAULT_TOPIC[k] for k in missing)})")  # fmt: skip
+    return stage
 
 
 def load_pipeline(
@@ -211,31 +263,7 @@ def load_pipeline(
     if not isinstance(raw_stages, Mapping):
         raise ConfigError(f"{source}: 'stages' must be a mapping of stage name -> stage")
     for name, st in raw_stages.items():
-        where = f"stages.{name}"
-        if not isinstance(st, Mapping) or "input" not in st or "outputs" not in st:
-            raise _err(source, where, "a stage needs 'input' (a topic) and 'outputs' (a list of topics)")
-        outputs = st["outputs"]
-        if isinstance(outputs, str) or not isinstance(outputs, list) or not outputs:
-            raise _err(source, where, "'outputs' must be a non-empty list of topics")
-        ops = tuple(
-            _parse_operator(source, f"{where}.operators[{i}]", item) for i, item in enumerate(st.get("operators") or [])
-        )
-        if ops and ops[-1].publish:
-            raise _err(
-                source,
-                f"{where}.operators[{len(ops) - 1}].publish",
-                "the last operator's output goes to the stage's outputs; list those topics there",
-            )
-        emit = str(st.get("emit", "samples"))
-        if emit not in EMITTERS:
-            raise _err(source, f"{where}.emit", f"unknown output kind {emit!r}; known: {', '.join(EMITTERS)}")
-        if emit == "routed":
-            from perfsift.streams.topics import TOPICS
-
-            not_topics = [o for o in map(str, outputs) if o not in TOPICS]
-            if not_topics:
-                raise _err(source, f"{where}.outputs", f"routed outputs must be pipeline topics; unknown: {not_topics}")
-        stages[name] = StageConfig(name, str(st["input"]), tuple(map(str, outputs)), ops, emit)
+        stages[str(name)] = _parse_stage(source, str(name), st)
     cfg = PipelineConfig(**values, stages=stages, source=source)
     if cfg.guarantee not in GUARANTEES:
         raise ConfigError(f"{source}: guarantee must be one of {GUARANTEES}, got {cfg.guarantee!r}")
@@ -248,20 +276,6 @@ def load_pipeline(
 
 def with_overrides(cfg: PipelineConfig, **changes: Any) -> PipelineConfig:
     return replace(cfg, **{k: v for k, v in changes.items() if v is not None})
-
-
-def kafka_properties(
-    bootstrap: str, extra: Mapping[str, str] | None = None, env: Mapping[str, str] | None = None
-) -> dict[str, str]:
-    """librdkafka client properties: bootstrap, then ``PERFSIFT_KAFKA_*`` variables, then ``extra``
-    (``--kafka-prop key=value`` flags). SASL/TLS settings go here (``security.protocol``,
-    ``sasl.mechanism``, ``sasl.username``, ...)."""
-    props = {"bootstrap.servers": bootstrap}
-    for key, val in (env if env is not None else os.environ).items():
-        if key.startswith("PERFSIFT_KAFKA_"):
-            props[key[len("PERFSIFT_KAFKA_") :].lower().replace("_", ".")] = val
-    props.update(extra or {})
-    return props
 
 
 def parse_pairs(
@@ -290,6 +304,24 @@ def parse_settings(items: list[str] | None) -> dict[str, str]:
     return parse_pairs(items, "--set", allowed=_SCALARS)
 
 
-def parse_props(items: list[str] | None) -> dict[str, str]:
-    """``-X a.b=1`` flags -> librdkafka properties ``{"a.b": "1"}``."""
-    return parse_pairs(items, "--kafka-prop", form="key=value")
+def with_options(cfg: PipelineConfig, perf_metric: str | None = None, contract: Path | None = None) -> PipelineConfig:
+    """The pipeline with statistical data reduction on ``perf_metric`` joined to every reduce
+    operator, and a contract stage (perf.smoothed -> perf.contract) for ``contract``."""
+    stages = dict(cfg.stages)
+    if perf_metric:
+        for name, st in stages.items():
+            ops = tuple(
+                OperatorSpec(
+                    op.type,
+                    {**op.params, "reduction": {**(op.params.get("reduction") or {}), "perf_metric": perf_metric}},
+                )
+                if op.type == "reduce"
+                else op
+                for op in st.operators
+            )
+            stages[name] = replace(st, operators=ops)
+    if contract is not None:
+        stages["contract"] = StageConfig(
+            "contract", "perf.smoothed", ("perf.contract",), (OperatorSpec("contract", {"contract": str(contract)}),)
+        )
+    return replace(cfg, stages=stages)

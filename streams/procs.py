@@ -19,7 +19,8 @@ from typing import Any
 
 from perfsift.streams.config import PipelineConfig, StageConfig
 from perfsift.streams.logs import LogFormat, LogLevel, current_logging, setup_logging
-from perfsift.streams.runner import StageRunner, StageStats, run_in_thread
+from perfsift.streams.runner import StageRunner, run_in_thread
+from perfsift.streams.stage import StageStats
 
 REPORT_S = 0.1  # how often a child sends its counters
 

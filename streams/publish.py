@@ -9,7 +9,7 @@ from typing import Any
 import orjson
 from confluent_kafka import KafkaError, Message, Producer
 from perfsift.schemas import RecordError
-from perfsift.streams.runner import producer_settings
+from perfsift.streams.clients import producer_settings
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 

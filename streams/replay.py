@@ -20,9 +20,8 @@ import orjson
 from confluent_kafka import Consumer, KafkaError
 from perfsift.producers.traces import SddfMapping, iter_samples
 from perfsift.schemas import RecordError
+from perfsift.streams.clients import assign_from_start, consumer_settings
 from perfsift.streams.publish import PublishStats, SamplePublisher
-from perfsift.streams.runner import consumer_settings
-from perfsift.streams.topics import assign_from_start
 from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 

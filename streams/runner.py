@@ -18,145 +18,32 @@ stored with it.
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
-from typing import Any, cast
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
-import orjson
-from confluent_kafka import (
-    OFFSET_BEGINNING,
-    Consumer,
-    KafkaError,
-    KafkaException,
-    Message,
-    Producer,
-    TopicPartition,
-)
-from perfsift.operators import Batch, Operator, Output, SnapshotError
-from perfsift.schemas import decode_samples, encode_batch, encode_records
-from perfsift.streams.config import EMITTERS, JSON_ENCODERS, PipelineConfig, StageConfig
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from perfsift.schemas import decode_samples
+from perfsift.streams.checkpoint import Checkpoints
+from perfsift.streams.clients import consumer_settings, dead_letter_record, producer_settings, where
+from perfsift.streams.config import PipelineConfig, StageConfig
 from perfsift.streams.logs import kafka_logger
-from perfsift.streams.topics import TOPICS
+from perfsift.streams.stage import Chain, Emitted, StageError, StageStats, merge_summaries
+from perfsift.streams.topics import DEADLETTER_TOPIC, STATE_TOPIC
 
 log = logging.getLogger("perfsift.runner")
-
-STATE_TOPIC = "perf.state"
-DEADLETTER_TOPIC = "perf.deadletter"
-
-
-class StageError(RuntimeError):
-    """A failure the stage cannot continue after (e.g. outputs not acknowledged); nothing is committed."""
-
-
-@dataclass
-class StageStats:
-    """Counters of one stage instance; read by the CLI's live view and summary."""
-
-    stage: str
-    records_in: int = 0
-    records_out: int = 0
-    dead_letters: int = 0
-    batches: int = 0
-    bytes_in: int = 0
-    bytes_out: int = 0
-    commits: int = 0
-    restored_partitions: int = 0
-    lag: dict[int, int] = field(default_factory=dict)
-    busy_s: float = 0.0
-    started: float = field(default_factory=time.monotonic)
-    last_batch_ms: float = 0.0
-    #: monotonic time of the first fetched batch (None before), for throughput figures
-    first_batch_at: float | None = None
-    #: records produced per output topic (logical name), taps included
-    by_topic: dict[str, int] = field(default_factory=dict)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "stage": self.stage,
-            "records_in": self.records_in,
-            "records_out": self.records_out,
-            "dead_letters": self.dead_letters,
-            "batches": self.batches,
-            "bytes_in": self.bytes_in,
-            "bytes_out": self.bytes_out,
-            "commits": self.commits,
-            "restored_partitions": self.restored_partitions,
-            "lag": sum(self.lag.values()),
-            "busy_s": round(self.busy_s, 3),
-            "by_topic": dict(self.by_topic),
-        }
 
 
 @dataclass
 class _Partition:
-    chain: list[Operator]
+    chain: Chain
     next_offset: int | None = None
     dirty: bool = False
-
-
-def _where(m: Message) -> tuple[str, int, int]:
-    """(topic, partition, offset) of a fetched message (never None for a message without error)."""
-    return cast(str, m.topic()), cast(int, m.partition()), cast(int, m.offset())
-
-
-def consumer_settings(props: dict[str, str], group: str, isolation: str = "read_uncommitted") -> dict[str, Any]:
-    return {
-        **props,
-        "group.id": group,
-        "enable.auto.commit": False,
-        "auto.offset.reset": "earliest",
-        # fast group joins (the defaults take ~23 s on the embedded broker); classic protocol
-        "session.timeout.ms": 6000,
-        "heartbeat.interval.ms": 500,
-        "isolation.level": isolation,
-        "fetch.max.bytes": 52428800,
-        "max.partition.fetch.bytes": 10485760,
-        "logger": kafka_logger(),
-    }
-
-
-def producer_settings(props: dict[str, str], transactional_id: str | None = None) -> dict[str, Any]:
-    s: dict[str, Any] = {
-        **props,
-        "linger.ms": 5,
-        "batch.size": 1000000,
-        "queue.buffering.max.messages": 2000000,
-        "message.max.bytes": 16777216,
-        # same key -> same partition as Java clients, so outputs co-partition with other producers
-        "partitioner": "murmur2_random",
-        "enable.idempotence": True,
-        "delivery.report.only.error": True,
-        "logger": kafka_logger(),
-    }
-    if transactional_id:
-        s["transactional.id"] = transactional_id
-        # a zombie's open transaction blocks read_committed readers until it times out: keep it short
-        s["transaction.timeout.ms"] = 10000
-    return s
-
-
-def dead_letter_record(
-    stage: str, msg_topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None, reason: str
-) -> bytes:
-    """A dead-letter record (schemas/deadletter.avsc); key and value are base64 in JSON."""
-    return orjson.dumps(
-        {
-            "stage": stage,
-            "topic": msg_topic,
-            "partition": partition,
-            "offset": offset,
-            "key": base64.b64encode(key).decode() if key is not None else None,
-            "value": base64.b64encode(value).decode() if value is not None else None,
-            "reason": reason,
-            "ts": time.time(),
-        }
-    )
 
 
 class StageRunner:
@@ -202,8 +89,9 @@ class StageRunner:
         self._last_commit = time.monotonic()
         self._in_topic = pipeline.topic(stage.input)
         self._dlq_topic = pipeline.topic(DEADLETTER_TOPIC)
-        self._state_topic = pipeline.topic(STATE_TOPIC)
-        self._fingerprint = "|".join(op.fingerprint() for op in stage.build_chain())
+        state_topic = pipeline.topic(STATE_TOPIC)
+        self._checkpoints = Checkpoints(kafka, self.group_id, state_topic, pipeline.partitions, stage.name)
+        self._fingerprint = Chain(stage, pipeline.encoding).fingerprint()
         self._consumer: Consumer | None = None
         self._producer: Producer | None = None
         self._in_txn = False
@@ -216,7 +104,7 @@ class StageRunner:
         """Per job, what the operators that report one (``summary()``, e.g. reduce) say now: kept
         metrics, selection version, values in and out. Read from the processing thread's state
         without locking: a live view, not an exact snapshot."""
-        return merge_summaries(op.summary() for part in list(self._parts.values()) for op in part.chain)
+        return merge_summaries(part.chain.summary() for part in list(self._parts.values()))
 
     # -- life cycle --------------------------------------------------------------------------------
     def stop(self) -> None:
@@ -291,7 +179,7 @@ class StageRunner:
 
     def _warm_up(self) -> None:
         t = time.monotonic()
-        for op in self.stage.build_chain():
+        for op in Chain(self.stage, self.pipeline.encoding).operators:
             try:
                 op.warm_up()
             except Exception:  # only a head start: the first batch will load what this did not
@@ -345,7 +233,7 @@ class StageRunner:
                 if err.code() != KafkaError._PARTITION_EOF:
                     log.warning("consume error on %s: %s", self.stage.name, err)
                 continue
-            topic, partition, _ = _where(m)
+            topic, partition, _ = where(m)
             by_part.setdefault((topic, partition), []).append(m)
         for tp, ms in by_part.items():
             part = self._parts.get(tp)
@@ -363,57 +251,48 @@ class StageRunner:
         topic, partition = tp
         values = [m.value() for m in ms]
 
-        def where(i: int) -> str:
+        def place(i: int) -> str:
             return f"{topic}:{partition}:{ms[i].offset()}"
 
-        batch, kept, errors = decode_samples(values, where, self.pipeline.encoding)
+        batch, kept, errors = decode_samples(values, place, self.pipeline.encoding)
         for e in errors:
             self._dead_letter(ms[e.index], e.reason)
         if len(batch):
             try:
-                out, taps = run_chain(self.stage, part.chain, batch)
+                emitted = part.chain.process(batch)
             except Exception as exc:  # an operator failed on this batch: park its records, go on
                 log.exception("stage %s: operator failed on %s:%s", self.stage.name, topic, partition)
                 for i in kept:
                     self._dead_letter(ms[i], f"processing failed: {type(exc).__name__}: {exc}"[:1000])
             else:
-                self._emit(out, taps)
-        part.next_offset = _where(ms[-1])[2] + 1
+                self._emit(emitted)
+        part.next_offset = where(ms[-1])[2] + 1
         part.dirty = True
         # counted once the batch is through the chain: a reader that sees every record counted
         # (perfsift run's end-of-input check) then also sees the operators' state after them
         self.stats.records_in += len(ms)
         self.stats.bytes_in += sum(len(v) for v in values if v is not None)
 
-    def _emit(self, out: Output, taps: Taps | None = None) -> None:
-        outputs = encode_outputs(self.stage, out, self.pipeline.encoding)
-        counts = [len(encoded) for encoded, _ in outputs.values()]
-        # a routed stage sends different records to each topic; the others send the same ones to all
-        self.stats.records_out += sum(counts) if self.stage.emit == "routed" else max(counts, default=0)
-        tapped = encode_samples(taps, self.pipeline.encoding) if taps else {}
+    def _emit(self, emitted: Emitted) -> None:
+        self.stats.records_out += emitted.records
         self._ensure_transaction()
         assert self._producer is not None
         produce = self._producer.produce  # the hot loop: one C call per record, no Python wrapper
-        for name, (encoded, keys) in [*outputs.items(), *tapped.items()]:
+        for name, (encoded, keys) in emitted.topics.items():
             topic = self.pipeline.topic(name)
             for value, key in zip(encoded, keys, strict=True):
                 try:
                     produce(topic, value, key)
                 except BufferError:  # local queue full: the slow path waits and retries
                     self._produce(topic, value, key)
-            self.stats.bytes_out += sum(map(len, encoded))
-            self.stats.by_topic[name] = self.stats.by_topic.get(name, 0) + len(encoded)
+        self.stats.count_out(emitted.topics)
 
     def _dead_letter(self, msg: Message, reason: str) -> None:
         self.stats.dead_letters += 1
-        rec = dead_letter_record(self.stage.name, *_where(msg), msg.key(), msg.value(), reason)
+        rec = dead_letter_record(self.stage.name, *where(msg), msg.key(), msg.value(), reason)
         self._produce(self._dlq_topic, rec, msg.key())
 
     # -- commits and state -------------------------------------------------------------------------
-    def _state_key(self, topic: str, partition: int) -> bytes:
-        # the consumer group owns the state, as it owns the offsets: another group starts afresh
-        return f"{self.group_id}/{topic}/{partition}".encode()
-
     def _commit(self) -> None:
         self._last_commit = time.monotonic()
         dirty = [(tp, p) for tp, p in self._parts.items() if p.dirty and p.next_offset is not None]
@@ -423,13 +302,10 @@ class StageRunner:
         if not self.exactly_once:
             self._flush_outputs()
         if self.pipeline.snapshots:
+            cp = self._checkpoints
             for (t, p), part in dirty:
-                self._produce(
-                    self._state_topic,
-                    self._snapshot_record(t, p, part),
-                    self._state_key(t, p),
-                    partition=self._state_partition(p),
-                )
+                record = cp.record(t, p, part.next_offset, part.chain, self._fingerprint)  # type: ignore[arg-type]
+                self._produce(cp.topic, record, cp.key(t, p), partition=cp.partition(p))
         if self.exactly_once:
             self._ensure_transaction()
             self._producer.send_offsets_to_transaction(offsets, self._consumer.consumer_group_metadata(), 30)
@@ -452,22 +328,6 @@ class StageRunner:
             errs, self._delivery_errors = self._delivery_errors, []
             raise StageError(f"stage {self.stage.name}: {len(errs)} outputs failed, e.g. {errs[0]}; not committing")
 
-    def _state_partition(self, partition: int) -> int:
-        return partition % self.pipeline.partitions
-
-    def _snapshot_record(self, topic: str, partition: int, part: _Partition) -> bytes:
-        snaps = [base64.b64encode(op.snapshot()).decode() for op in part.chain]
-        return orjson.dumps(
-            {
-                "stage": self.stage.name,
-                "topic": topic,
-                "partition": partition,
-                "next_offset": part.next_offset,
-                "fingerprint": self._fingerprint,
-                "operators": snaps,
-            }
-        )
-
     def _update_lag(self) -> None:
         # Approximate: the embedded broker's high watermark can be short by the last batch.
         assert self._consumer is not None
@@ -481,40 +341,20 @@ class StageRunner:
 
     # -- rebalancing -------------------------------------------------------------------------------
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        snapshots = self._load_snapshots([p.partition for p in partitions]) if self.pipeline.snapshots else {}
+        numbers = [p.partition for p in partitions]
+        snapshots = {}
+        if self.pipeline.snapshots:
+            snapshots = self._checkpoints.load(self._in_topic, numbers, self.exactly_once)
         restored: list[int] = []
         for tp in partitions:
-            chain = self.stage.build_chain()
-            for op in chain:
-                op.reset()
-            part = _Partition(chain)
+            part = _Partition(Chain(self.stage, self.pipeline.encoding))
             snap = snapshots.get(tp.partition)
             if snap is not None:
-                if snap["fingerprint"] != self._fingerprint:
-                    log.warning(
-                        "stage %s: state of %s:%d was made by another configuration; starting fresh",
-                        self.stage.name,
-                        tp.topic,
-                        tp.partition,
-                    )
-                else:
-                    try:
-                        for op, blob in zip(chain, snap["operators"], strict=True):
-                            op.restore(base64.b64decode(blob))
-                    except (SnapshotError, ValueError) as exc:
-                        log.warning(
-                            "stage %s: cannot restore %s:%d (%s); starting fresh",
-                            self.stage.name,
-                            tp.topic,
-                            tp.partition,
-                            exc,
-                        )
-                        for op in chain:
-                            op.reset()
-                    else:
-                        tp.offset = part.next_offset = int(snap["next_offset"])
-                        self.stats.restored_partitions += 1
-                        restored.append(tp.partition)
+                offset = self._checkpoints.restore(part.chain, snap, self._fingerprint, f"{tp.topic}:{tp.partition}")
+                if offset is not None:
+                    tp.offset = part.next_offset = offset
+                    self.stats.restored_partitions += 1
+                    restored.append(tp.partition)
             self._parts[(tp.topic, tp.partition)] = part
         consumer.assign(partitions)
         self._log_partitions("assigned", partitions, logging.INFO, restored=sorted(restored))
@@ -547,157 +387,6 @@ class StageRunner:
             extra={"stage": self.stage.name, "instance": self.instance, "event": event, "partitions": numbers,
                    **fields},
         )  # fmt: skip
-
-    def _load_snapshots(self, partitions: list[int]) -> dict[int, dict[str, Any]]:
-        """Latest snapshot of this stage per input partition, read from the state topic.
-
-        The end of a state partition is found by writing a marker and reading up to it: the
-        marker's acknowledged offset is exact, whereas the embedded broker's high watermark can be
-        short by the last batch.
-        """
-        wanted = {self._state_key(self._in_topic, p): p for p in partitions}
-        state_parts = sorted({self._state_partition(p) for p in partitions})
-        marker_producer = Producer({**self.kafka, "logger": kafka_logger()})
-        ends: dict[int, int] = {}
-
-        def on_marker(err: KafkaError | None, msg: Message) -> None:
-            if err is None:
-                _, partition, offset = _where(msg)
-                ends[partition] = offset
-
-        for sp in state_parts:
-            marker_producer.produce(
-                self._state_topic, b"{}", f"marker/{uuid.uuid4().hex}".encode(), partition=sp, on_delivery=on_marker
-            )
-        marker_producer.flush(30)
-        if len(ends) != len(state_parts):
-            raise StageError(f"stage {self.stage.name}: cannot write to the state topic {self._state_topic}")
-        isolation = "read_committed" if self.exactly_once else "read_uncommitted"
-        reader = Consumer(consumer_settings(self.kafka, f"{self.group_id}.restore", isolation))
-        found: dict[int, dict[str, Any]] = {}
-        try:
-            reader.assign([TopicPartition(self._state_topic, sp, OFFSET_BEGINNING) for sp in state_parts])
-            pending = dict(ends)
-            deadline = time.monotonic() + 60
-            while pending and time.monotonic() < deadline:
-                for m in reader.consume(1000, 0.5):
-                    if m.error() is not None:
-                        continue
-                    _, sp, offset = _where(m)
-                    p = wanted.get(m.key() or b"")
-                    if p is not None:
-                        found[p] = orjson.loads(m.value() or b"null")
-                    if offset >= pending.get(sp, 1 << 62):
-                        pending.pop(sp, None)
-            if pending:
-                raise StageError(f"stage {self.stage.name}: timed out reading the state topic {self._state_topic}")
-        finally:
-            reader.close()
-        return found
-
-
-def _batch_keys(batch: Batch, kind: str) -> list[bytes]:
-    """Message key of every row: its job (``kind == "job"``) or its node."""
-    names, idx = (batch.jobs, batch.job_idx) if kind == "job" else (batch.nodes, batch.node_idx)
-    encoded = [n.encode() for n in names]
-    return [encoded[i] for i in idx.tolist()]
-
-
-def encode_outputs(stage: StageConfig, out: Output, encoding: str) -> dict[str, tuple[list[bytes], list[bytes]]]:
-    """A chain's output as (encoded records, message keys) per output topic (logical names).
-
-    ``emit: samples`` encodes the batch once and keys it per topic by the topic's key (node, or job
-    for ``perf.smoothed.byjob``); record emitters key by their field; ``emit: routed`` takes a dict
-    topic -> batches and/or records, each encoded with its topic's schema and key (TOPICS)."""
-    if stage.emit == "routed":
-        if not isinstance(out, dict):
-            raise StageError(f"stage {stage.name}: emit routed needs a dict topic -> records")
-        result: dict[str, tuple[list[bytes], list[bytes]]] = {}
-        for name, payload in out.items():
-            if name not in stage.outputs:
-                raise StageError(f"stage {stage.name}: an operator routed records to {name!r}, not in its outputs")
-            spec = TOPICS[name]
-            parts = payload if isinstance(payload, list) else [payload]
-            encoded: list[bytes] = []
-            keys: list[bytes] = []
-            for b in (p for p in parts if isinstance(p, Batch)):
-                encoded += encode_batch(b, encoding, spec.schema)
-                keys += _batch_keys(b, spec.key)
-            records = [p for p in parts if isinstance(p, dict)]
-            if records:
-                encoded += encode_records(records, encoding, spec.schema)
-                keys += [str(r[spec.key]).encode() for r in records]
-            result[name] = (encoded, keys)
-        return result
-    schema, to_records, key_field = EMITTERS[stage.emit]
-    fast = JSON_ENCODERS.get(stage.emit) if encoding == "json" else None
-    if fast is not None:
-        encoded, keys = fast(out)
-        return {t: (encoded, keys) for t in stage.outputs}
-    if to_records is None:
-        if not isinstance(out, Batch):
-            raise StageError(f"stage {stage.name}: emit samples needs a batch")
-        return encode_samples([(stage.outputs, out)], encoding)
-    records = to_records(out)
-    encoded = encode_records(records, encoding, schema)
-    keys = [str(r[key_field]).encode() for r in records]
-    return {t: (encoded, keys) for t in stage.outputs}
-
-
-Taps = list[tuple[tuple[str, ...], Batch]]
-
-
-def run_chain(
-    stage: StageConfig, chain: list[Operator], batch: Batch, after: Callable[[Operator, Any, float], None] | None = None
-) -> tuple[Output, Taps]:
-    """The chain's output, and the intermediate batches that operators with ``publish`` tap off
-    (topics, batch). ``after(op, output, seconds)`` sees each operator's output and time."""
-    out: Output = batch
-    taps: Taps = []
-    for op, spec in zip(chain, stage.operators, strict=True):
-        if not isinstance(out, Batch):
-            raise StageError(f"stage {stage.name}: only the last operator of a chain may emit records")
-        if after is None:
-            out = op.update(out)
-        else:
-            t = time.perf_counter()
-            out = op.update(out)
-            after(op, out, time.perf_counter() - t)
-        if spec.publish:
-            if not isinstance(out, Batch):
-                raise StageError(f"stage {stage.name}: {spec.type} emits records; only sample batches can be published")
-            taps.append((spec.publish, out))
-    return out, taps
-
-
-def encode_samples(taps: Taps, encoding: str) -> dict[str, tuple[list[bytes], list[bytes]]]:
-    """Sample batches, each for some topics (a stage's outputs, or taps), as (encoded samples,
-    message keys) per topic (logical names): each batch is encoded once and keyed per topic by the
-    topic's key (node, or job for ``perf.smoothed.byjob``)."""
-    result: dict[str, tuple[list[bytes], list[bytes]]] = {}
-    for topics, batch in taps:
-        encoded = encode_batch(batch, encoding)
-        for t in topics:
-            enc, keys = result.setdefault(t, ([], []))
-            enc += encoded
-            keys += _batch_keys(batch, TOPICS[t].key if t in TOPICS else "node")
-    return result
-
-
-def merge_summaries(summaries: Iterable[dict[str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
-    """Per-job summaries of several operators (or partitions, or stages) as one: the fields of a
-    job are joined; a field that is a mapping in both (e.g. ``contract_nodes`` of a job whose nodes
-    are spread over partitions) is the union of the two."""
-    out: dict[str, dict[str, Any]] = {}
-    for summary in summaries:
-        for job, fields in summary.items():
-            mine = out.setdefault(job, {})
-            for key, value in fields.items():
-                if isinstance(value, dict) and isinstance(mine.get(key), dict):
-                    mine[key] = {**mine[key], **value}
-                else:
-                    mine[key] = value
-    return out
 
 
 def wait_assigned(runners: list[StageRunner], timeout: float = 60.0, abort: Callable[[], bool] | None = None) -> bool:

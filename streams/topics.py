@@ -1,27 +1,30 @@
-"""The topic layout (ARCHITECTURE.md, Topics) and topic creation through the admin client."""
+"""The one table of topics (ARCHITECTURE.md, Topics): name, the kind of record it carries (a
+schema in ``schemas/``), the record field that keys its messages and its cleanup policy.
+
+Operators name the *kind* of what they emit (:class:`~perfsift.operators.base.Decider.output`,
+:class:`~perfsift.operators.base.Router.outputs`); this table says which topic carries each kind by
+default and how its messages are keyed. Creating the topics on a cluster is
+:func:`perfsift.streams.clients.create_pipeline_topics`'s job.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
-from perfsift.streams.logs import kafka_logger
-
-if TYPE_CHECKING:
-    from perfsift.streams.config import PipelineConfig
 
 
 @dataclass(frozen=True)
 class TopicSpec:
     name: str
+    #: the record field whose value keys a message (``node`` or ``job``; ``-`` for none)
     key: str
+    #: the kind of record (schema name in ``schemas/``)
     schema: str
     what: str
     compacted: bool = False
 
+
+STATE_TOPIC = "perf.state"
+DEADLETTER_TOPIC = "perf.deadletter"
 
 #: default topic names, before the configurable prefix
 TOPICS: dict[str, TopicSpec] = {
@@ -37,10 +40,27 @@ TOPICS: dict[str, TopicSpec] = {
         TopicSpec("perf.forecast", "node", "forecast", "forecasts with +-2 sigma bounds"),
         TopicSpec("perf.prediction", "job", "prediction", "structural-model predictions, observed values, verdicts"),
         TopicSpec("perf.control", "job", "control", "feedback to producers: which metrics to keep", True),
-        TopicSpec("perf.deadletter", "-", "deadletter", "records that could not be decoded or processed"),
-        TopicSpec("perf.state", "stage/topic/partition", "state", "operator snapshots with their offsets", True),
+        TopicSpec(DEADLETTER_TOPIC, "-", "deadletter", "records that could not be decoded or processed"),
+        TopicSpec(STATE_TOPIC, "stage/topic/partition", "state", "operator snapshots with their offsets", True),
     ]
 }
+
+#: the topic that carries each kind of record by default; samples go to several topics, so a stage
+#: that emits samples names its outputs
+DEFAULT_TOPIC: dict[str, str] = {t.schema: t.name for t in TOPICS.values() if t.schema != "sample"}
+
+
+def kind_of(topic: str) -> str | None:
+    """The kind of record a topic carries (None for a topic that is not in the table)."""
+    spec = TOPICS.get(topic)
+    return spec.schema if spec is not None else None
+
+
+def key_of(topic: str, kind: str = "sample") -> str:
+    """The record field that keys messages on ``topic``: the table's, or for a topic that is not in
+    the table, that of the default topic of its kind (``node`` for samples)."""
+    spec = TOPICS.get(topic) or TOPICS.get(DEFAULT_TOPIC.get(kind, "perf.raw"))
+    return spec.key if spec is not None else "node"
 
 
 def topic_configs(compacted: bool, retention_ms: int) -> dict[str, str]:
@@ -48,84 +68,3 @@ def topic_configs(compacted: bool, retention_ms: int) -> dict[str, str]:
     if compacted:
         return {"cleanup.policy": "compact", "retention.ms": "-1", "max.message.bytes": "16777216"}
     return {"cleanup.policy": "delete", "retention.ms": str(retention_ms)}
-
-
-def broker_topics(props: dict[str, str], timeout: float = 10.0) -> set[str]:
-    """The names of the topics on the cluster at ``props``' bootstrap (internal ``__*`` ones left
-    out); KafkaException when no broker answers within ``timeout`` seconds."""
-    admin = AdminClient({**props, "logger": kafka_logger()})
-    return {t for t in admin.list_topics(timeout=timeout).topics if not t.startswith("__")}
-
-
-def require_topic(props: dict[str, str], topic: str, timeout: float = 10.0) -> None:
-    """Check at once that a broker answers and has ``topic``, so a command that publishes or reads
-    does not wait out librdkafka's retries (KafkaException, or ValueError naming what is there)."""
-    names = broker_topics(props, timeout)
-    if topic not in names:
-        there = ", ".join(sorted(names)[:20]) + (", ..." if len(names) > 20 else "") if names else "none"
-        raise ValueError(f"no topic {topic!r} on {props.get('bootstrap.servers')} (topics there: {there})")
-
-
-def ensure_topics(
-    admin: AdminClient,
-    names: Iterable[str],
-    partitions: int,
-    replication: int = 1,
-    retention_ms: int = 7 * 24 * 3600 * 1000,
-    compacted: Iterable[str] = (),
-    timeout: float = 15.0,
-) -> list[str]:
-    """Create the topics that do not exist yet; return the names created."""
-    existing = set(admin.list_topics(timeout=timeout).topics)
-    compact = set(compacted)
-    new = [
-        NewTopic(
-            n,
-            num_partitions=partitions,
-            replication_factor=replication,
-            config=topic_configs(n in compact, retention_ms),
-        )
-        for n in dict.fromkeys(names)
-        if n not in existing
-    ]
-    if not new:
-        return []
-    created = []
-    for name, fut in admin.create_topics(new, operation_timeout=timeout, request_timeout=timeout).items():
-        try:
-            fut.result()
-            created.append(name)
-        except KafkaException as exc:
-            if "TOPIC_ALREADY_EXISTS" not in str(exc):  # a concurrent creator won the race
-                raise
-    return created
-
-
-def pipeline_topics(cfg: PipelineConfig) -> tuple[list[str], list[str]]:
-    """All topic names of a pipeline (with prefix) and the compacted ones among them."""
-    names = [cfg.topic(t) for t in TOPICS]
-    for st in cfg.stages.values():
-        names += [cfg.topic(st.input), *(cfg.topic(o) for o in st.written)]
-    compacted = [cfg.topic(t.name) for t in TOPICS.values() if t.compacted]
-    return list(dict.fromkeys(names)), compacted
-
-
-def create_pipeline_topics(cfg: PipelineConfig, props: dict[str, str]) -> list[str]:
-    """Create every topic of the pipeline that does not exist yet; return the names created."""
-    names, compacted = pipeline_topics(cfg)
-    admin = AdminClient({**props, "logger": kafka_logger()})
-    return ensure_topics(admin, names, cfg.partitions, cfg.replication, cfg.retention_ms, compacted)
-
-
-def assign_from_start(consumer: Consumer, topic: str) -> list[int]:
-    """Assign every partition of ``topic`` from its first offset, without a consumer group (so no
-    group join: readers that need everything so far stop at partition EOF). Returns the partitions;
-    [] when the topic does not exist or cannot be listed."""
-    try:
-        meta = consumer.list_topics(topic, timeout=10)
-    except KafkaException:
-        return []
-    parts = list(meta.topics[topic].partitions) if topic in meta.topics else []
-    if parts:
-        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts])
-    return parts

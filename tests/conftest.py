@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 import pytest
 from perfsift.streams.broker import EmbeddedBroker
-from perfsift.streams.runner import consumer_settings
+from perfsift.streams.clients import consumer_settings
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:

@@ -16,7 +16,7 @@ import psutil
 from confluent_kafka import Consumer
 from perfsift.producers.synth import spmd
 from perfsift.producers.traces import TraceWriter
-from perfsift.streams.runner import consumer_settings
+from perfsift.streams.clients import consumer_settings
 
 
 def write_trace(path: Path, fmt: str, nodes: int, seconds: int) -> int:

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 from perfsift.streams.broker import free_port
+from perfsift.streams.clients import create_pipeline_topics
 from perfsift.streams.config import load_pipeline
 from perfsift.streams.publish import publish_samples
-from perfsift.streams.topics import create_pipeline_topics
 
 from tests.conftest import read_topic, wait_until
 

@@ -17,7 +17,6 @@ import kubernetes_validate
 import pytest
 import yaml
 from perfsift.streams.config import load_pipeline
-from perfsift.streams.topics import pipeline_topics
 
 from tests.deploy.kustomize import render
 
@@ -151,7 +150,7 @@ def test_every_stage_has_a_deployment_and_every_topic_a_kafkatopic(rendered: tup
         assert c["args"] == ["worker", stage, "--config", "/etc/perfsift/pipeline.yaml"]
         assert d["metadata"]["name"] == f"perfsift-{stage}"
         topics = {t["spec"]["topicName"]: t for t in docs if t["kind"] == "KafkaTopic"}
-        names, compacted = pipeline_topics(cfg)
+        names, compacted = cfg.topics()
         assert set(topics) == set(names), overlay
         for name, t in topics.items():
             assert t["spec"]["partitions"] == cfg.partitions, (overlay, name)
@@ -250,7 +249,7 @@ def test_base_pipeline_is_the_packaged_default_with_the_node_stage_apart() -> No
     clean, smooth, forecast = (k8s.stages[n] for n in ("clean", "smooth", "forecast"))
     node = default.stages["node"]
     assert (clean.input, clean.outputs, smooth.input) == ("perf.raw", ("perf.clean",), "perf.clean")
-    assert (forecast.input, forecast.emit) == ("perf.smoothed", node.emit)
+    assert (forecast.input, forecast.role, forecast.outputs) == ("perf.smoothed", node.role, node.outputs)
     assert (node.input, node.outputs, node.tapped) == (clean.input, forecast.outputs, smooth.outputs)
     ops = [(op.type, op.params) for op in node.operators]
     assert ops == [(op.type, op.params) for op in clean.operators + smooth.operators + forecast.operators]

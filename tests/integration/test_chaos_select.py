@@ -20,8 +20,8 @@ from confluent_kafka import Producer
 from perfsift.operators.reduce import Reduce
 from perfsift.producers.synth import spmd
 from perfsift.schemas import batch_to_samples, samples_to_batch
+from perfsift.streams.clients import create_pipeline_topics
 from perfsift.streams.config import load_pipeline
-from perfsift.streams.topics import create_pipeline_topics
 
 from tests.conftest import read_topic
 
@@ -75,10 +75,10 @@ def reference(samples: list[dict]) -> tuple[dict, dict]:
         mine = [s for s in samples if s["job"] == job]
         for i in range(0, len(mine), 97):
             out = op.update(samples_to_batch(mine[i : i + 97]))
-            for b in out["perf.reduced"]:
+            for b in out["reduced"]:
                 for r in batch_to_samples(b):
                     reduced[(r["job"], r["node"], r["seq"])] = r
-            for s in out["perf.selection"]:
+            for s in out["selection"]:
                 selections[(s["job"], s["period_start"])] = s
     return reduced, selections
 

@@ -13,8 +13,8 @@ import pytest
 from confluent_kafka import Producer
 from perfsift.producers.synth import TABLE1, spmd
 from perfsift.producers.traces import write_samples
+from perfsift.streams.clients import create_pipeline_topics
 from perfsift.streams.config import default_pipeline_path, load_pipeline, with_overrides
-from perfsift.streams.topics import create_pipeline_topics
 
 from tests.conftest import read_topic
 from tests.e2e.cli import perfsift

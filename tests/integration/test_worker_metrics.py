@@ -12,10 +12,10 @@ from confluent_kafka import Producer
 from perfsift.operators import SlidingMean
 from perfsift.producers.synth import spmd
 from perfsift.schemas import batch_to_samples, samples_to_batch
+from perfsift.streams.clients import create_pipeline_topics
 from perfsift.streams.config import load_pipeline
 from perfsift.streams.http import HealthServer
 from perfsift.streams.runner import StageRunner, run_in_thread
-from perfsift.streams.topics import create_pipeline_topics
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import read_topic, wait_until

@@ -11,7 +11,7 @@ from perfsift.operators import Batch
 from perfsift.producers.synth import spmd
 from perfsift.schemas import decode_samples, encode_batch
 from perfsift.streams.config import ConfigError, load_pipeline
-from perfsift.streams.runner import StageError, encode_outputs, encode_samples, run_chain
+from perfsift.streams.stage import Chain
 
 
 def config(tmp_path: Path, ops: str) -> Path:
@@ -31,13 +31,13 @@ def test_one_stage_equals_two_stages_with_a_topic_between(tmp_path: Path) -> Non
     raw = [orjson.dumps(s) for s in samples]
     merged = load_pipeline(config(tmp_path, MERGED)).stage("s")
     two = load_pipeline(config(tmp_path, MERGED.replace(", publish: [perf.clean]", ""))).stage("s")
-    chain_m, chain_c, chain_s = merged.build_chain(), two.build_chain()[:1], two.build_chain()[1:]
+    chain_m, chain_c, chain_s = Chain(merged, "json"), two.build_chain()[:1], two.build_chain()[1:]
     out_m, out_c, out_2 = [], [], []
     for i in range(0, len(raw), 97):  # uneven batches
         batch = decode_samples(raw[i : i + 97])[0]
-        out, taps = run_chain(merged, chain_m, batch)
-        out_m += encode_outputs(merged, out, "json")["perf.smoothed"][0]
-        out_c += encode_samples(taps, "json")["perf.clean"][0]
+        emitted = chain_m.process(batch).topics
+        out_m += emitted["perf.smoothed"][0]
+        out_c += emitted["perf.clean"][0]
         # the two-stage way: clean, encode to perf.clean, decode, smooth
         cleaned = chain_c[0].update(batch)
         assert isinstance(cleaned, Batch)
@@ -45,7 +45,7 @@ def test_one_stage_equals_two_stages_with_a_topic_between(tmp_path: Path) -> Non
         smoothed = chain_s[0].update(decode_samples(wire)[0])
         assert isinstance(smoothed, Batch)
         out_2 += encode_batch(smoothed)
-        assert encode_samples(taps, "json")["perf.clean"][0] == wire
+        assert emitted["perf.clean"][0] == wire
     assert out_m == out_2 and len(out_m) == len(samples)
     assert sum(b'"flags":[' in r for r in out_c) > 0  # the planted faults were flagged ...
     assert not any(b'"flags"' in r for r in out_m)  # ... on perf.clean only
@@ -57,11 +57,11 @@ def test_tap_keys_follow_the_topic(tmp_path: Path) -> None:
     )
     samples, _ = spmd("cactus", nodes=3, duration=5, seed=1)
     batch = decode_samples([orjson.dumps(s) for s in samples])[0]
-    _, taps = run_chain(stage, stage.build_chain(), batch)
-    tapped = encode_samples(taps, "json")
-    assert set(tapped) == {"perf.clean", "perf.smoothed.byjob"}
+    tapped = Chain(stage, "json").process(batch).topics
+    assert set(tapped) == {"perf.clean", "perf.smoothed", "perf.smoothed.byjob"}
     assert {k.decode() for k in tapped["perf.clean"][1]} == {s["node"] for s in samples}
     assert {k.decode() for k in tapped["perf.smoothed.byjob"][1]} == {s["job"] for s in samples}
+    assert len(tapped["perf.smoothed.byjob"][0]) == 2 * len(samples)  # the tap and the output
 
 
 @pytest.mark.parametrize(
@@ -76,10 +76,8 @@ def test_bad_publish_is_refused(tmp_path: Path, ops: str, msg: str) -> None:
         load_pipeline(config(tmp_path, ops))
 
 
-def test_records_cannot_be_tapped(tmp_path: Path) -> None:
+def test_a_decider_ends_the_chain(tmp_path: Path) -> None:
+    """Records cannot go on to another operator, nor be tapped: the pipeline file is refused."""
     ops = "      - {type: pursuit, publish: [perf.clean]}\n      - {type: sliding_mean}\n"
-    stage = load_pipeline(config(tmp_path, ops)).stage("s")
-    samples, _ = spmd("cactus", nodes=2, duration=3, seed=1)
-    batch = decode_samples([orjson.dumps(s) for s in samples])[0]
-    with pytest.raises(StageError):
-        run_chain(stage, stage.build_chain(), batch)
+    with pytest.raises(ConfigError, match="pursuit emits records, so it must be the last operator"):
+        load_pipeline(config(tmp_path, ops))

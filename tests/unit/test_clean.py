@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 from perfsift.operators import Batch, Clean
-from perfsift.operators.knowledge import KnowledgeBase
-from perfsift.operators.quality import diff, dtw
 from perfsift.producers.synth import spmd
 from perfsift.schemas import samples_to_batch
+from perfsift.streams.knowledge import KnowledgeBase, clean_params
+from perfsift.streams.quality import diff, dtw
 
 
 def series(x: np.ndarray, metric: str = "x", node: str = "a") -> Batch:
@@ -195,15 +195,16 @@ def test_knowledge_base_thresholds_and_training_rows(tmp_path: Path) -> None:
         names, rows = kb.reference_rows("cactus", 50)
         assert rows.shape == (50, 12) and set(names) == set(base[0]["metrics"])
         maxima = kb.maxima("cactus")
+        history = kb.history("cactus", 200)
     high = Batch.from_columns(ts=[0.0, 1.0], nodes=["n00"] * 2, metrics=["cpu_user"],
                               values=[[maxima["cpu_user"] * 0.9], [maxima["cpu_user"] * 1.5]])  # fmt: skip
-    out = Clean(kb=db, app="cactus", gamma=1.1, action="clip", impute="none").update(high)
+    out = Clean(history=history, gamma=1.1, action="clip", impute="none").update(high)
     assert flagged(out, "kb_max") == [1] and out.values[1, 0] == pytest.approx(1.1 * maxima["cpu_user"])
     # a new node with one sample: KNN trains on the knowledge base's rows
     row = dict(base[-1]["metrics"])
     row["cpu_user"] = None
     lone = samples_to_batch([{"ts": 5.0, "node": "fresh", "metrics": row}])
-    imputed = Clean(kb=db, app="cactus").update(lone)
+    imputed = Clean(**clean_params({"kb": db, "app": "cactus"})).update(lone)
     assert imputed.extra["flags"][0][0]["rule"] == "knn_impute"
     assert imputed.values[0, imputed.metrics.index("cpu_user")] == pytest.approx(
         base[-1]["metrics"]["cpu_user"], rel=0.1
@@ -211,9 +212,11 @@ def test_knowledge_base_thresholds_and_training_rows(tmp_path: Path) -> None:
 
 
 def test_bad_parameters_are_refused() -> None:
-    for bad in ({"mode": "median"}, {"action": "fix"}, {"impute": "spline"}, {"k": 0}, {"kb": "x.db"}):
+    for bad in ({"mode": "median"}, {"action": "fix"}, {"impute": "spline"}, {"k": 0}):
         with pytest.raises(ValueError):
-            Clean(**bad).reset()
+            Clean(**bad)
+    with pytest.raises(ValueError, match="kb and app go together"):
+        clean_params({"kb": "x.db"})
 
 
 # -- DTW --------------------------------------------------------------------------------------------

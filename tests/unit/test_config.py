@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from perfsift.streams.config import ConfigError, kafka_properties, load_pipeline, parse_props, parse_settings
+from perfsift.streams.clients import kafka_properties, parse_props
+from perfsift.streams.config import ConfigError, load_pipeline, parse_settings
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -37,9 +38,27 @@ def test_precedence_of_kafka_properties() -> None:
         ("partitions: many\n", {}, "partitions: expected int"),
         ("nonsense: 1\n", {}, "unknown settings ['nonsense']"),
         ("guarantee: sometimes\n", {}, "guarantee must be one of"),
-        ("stages: {s: {input: a}}\n", {}, "stages.s: a stage needs 'input'"),
+        ("stages: {s: {outputs: [b]}}\n", {}, "stages.s: a stage needs 'input'"),
+        ("stages: {s: {input: a}}\n", {}, "stages.s: 'outputs' must be a non-empty list"),
+        ("stages: {s: {input: a, outputs: [b], output: [c]}}\n", {}, "stages.s: unknown keys ['output']"),
         ("stages: {s: {input: a, outputs: b}}\n", {}, "'outputs' must be a non-empty list"),
-        ("stages: {s: {input: a, outputs: [b], emit: pdf}}\n", {}, "unknown output kind 'pdf'"),
+        ("stages: {s: {input: a, outputs: [b], emit: pdf}}\n", {}, "'pdf' does not match what the stage emits"),
+        (
+            "stages: {s: {input: a, emit: contract, operators: [{type: pursuit}]}}\n",
+            {},
+            "'contract' does not match what pursuit emits (selection)",
+        ),
+        (
+            "stages: {s: {input: a, outputs: [perf.reduced], operators: [{type: reduce, pursuit: {}}]}}\n",
+            {},
+            "no topic for the selection, control output of reduce",
+        ),
+        (
+            "stages: {s: {input: a, outputs: [perf.reduced, perf.selection, perf.control, perf.forecast],"
+            " operators: [{type: reduce, pursuit: {}}]}}\n",
+            {},
+            "no such kind of output goes to ['perf.forecast']",
+        ),
         (
             "stages: {s: {input: a, outputs: [b], operators: [{type: sliding_mean, window: 0}]}}\n",
             {},
@@ -60,3 +79,49 @@ def test_bad_flags() -> None:
         parse_settings(["window=3"])
     with pytest.raises(ConfigError, match="--kafka-prop expects key=value"):
         parse_props(["novalue"])
+
+
+def test_outputs_follow_from_the_last_operators_role(tmp_path: Path) -> None:
+    """A decider's records go to its kind's topic and a router's kinds to theirs, unless the file
+    names topics; ``emit:`` may be left out."""
+    text = """stages:
+  sel: {input: perf.smoothed.byjob, operators: [{type: pursuit}]}
+  red: {input: perf.smoothed.byjob, operators: [{type: reduce, pursuit: {}}]}
+  fc: {input: perf.smoothed, outputs: [team.forecast], operators: [{type: forecast}]}
+  sm: {input: perf.raw, outputs: [perf.smoothed], operators: [{type: sliding_mean}]}
+"""
+    cfg = load_pipeline(write(tmp_path, text))
+    assert cfg.stage("sel").outputs == ("perf.selection",) and cfg.stage("sel").role == "decide"
+    assert cfg.stage("red").outputs == ("perf.reduced", "perf.selection", "perf.control")
+    assert cfg.stage("red").routes == {
+        "reduced": ("perf.reduced",),
+        "selection": ("perf.selection",),
+        "control": ("perf.control",),
+    }
+    assert cfg.stage("fc").outputs == ("team.forecast",)
+    assert cfg.stage("sm").role == "transform"
+
+
+def test_a_knowledge_base_named_in_the_file_is_read_once_and_handed_to_clean(tmp_path: Path) -> None:
+    """``kb:`` and ``app:`` on a clean operator: the runtime reads the application's history and
+    the operator gets it as data (it opens no database); an edited knowledge base is another
+    configuration (the fingerprint follows the history's content)."""
+    from perfsift.operators.clean import Clean
+    from perfsift.producers.synth import spmd
+    from perfsift.streams.knowledge import KnowledgeBase
+
+    db = tmp_path / "kb.sqlite"
+    base, _ = spmd("cactus", nodes=3, duration=100, seed=1)
+    with KnowledgeBase(str(db)) as kb:
+        kb.add_run("cactus", base, source="base.jsonl")
+    ops = f"[{{type: clean, kb: {db}, app: cactus}}]"
+    text = f"stages: {{s: {{input: perf.raw, outputs: [perf.clean], operators: {ops}}}}}\n"
+    stage = load_pipeline(write(tmp_path, text)).stage("s")
+    op = stage.build_chain()[0]
+    assert isinstance(op, Clean) and op.history is not None
+    assert op.history.maxima["cpu_user"] == max(s["metrics"]["cpu_user"] for s in base)
+    before = op.fingerprint()
+    with KnowledgeBase(str(db)) as kb:
+        kb.add_run("cactus", [{**s, "metrics": {**s["metrics"], "cpu_user": 1e6}} for s in base[:5]], source="x")
+    again = load_pipeline(write(tmp_path, text)).stage("s").build_chain()[0]
+    assert again.fingerprint() != before

@@ -13,9 +13,9 @@ import perfsift
 
 def all_modules() -> list[str]:
     names = []
-    for pkg in ("perfsift.schemas", "perfsift.operators", "perfsift.producers", "perfsift.streams"):
+    for pkg in ("perfsift.models", "perfsift.schemas", "perfsift.operators", "perfsift.producers", "perfsift.streams"):
         mod = importlib.import_module(pkg)
-        names += [m.name for m in pkgutil.iter_modules(mod.__path__, pkg + ".")]
+        names += [m.name for m in pkgutil.walk_packages(mod.__path__, pkg + ".")]  # sub-packages too
     return names
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from perfsift.operators.fuzzy import DEFAULT_RULEBASE, FuzzySet, Rulebase, RulebaseError
+from perfsift.operators.contract.rules import DEFAULT_RULEBASE, FuzzySet, Rulebase, RulebaseError
 
 LITERAL_FIGURE_4 = """
 var distance(0, 2)   { set trapez LOW ( 0, .5, 0, .5 );  set trapez HIGH ( 1, 2, .5, 0 ); }

@@ -6,7 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from perfsift.models import bundled
-from perfsift.operators.model import ModelError, StructuralModel, allocate, balance
+from perfsift.models.balance import allocate, balance
+from perfsift.models.expressions import ModelError
+from perfsift.models.structural import StructuralModel
 from perfsift.operators.predict import ModelPredictor, summarize
 from perfsift.producers.synth import sor
 from perfsift.schemas import samples_to_batch

@@ -19,7 +19,7 @@ def smoothed(duration: int = 900, seed: int = 1) -> tuple[Batch, dict]:
 
 def reduced_rows(out: dict) -> list[dict]:
     rows = []
-    for b in out["perf.reduced"]:
+    for b in out["reduced"]:
         for r in batch_to_samples(b):
             rows.append(r)
     return rows
@@ -30,8 +30,8 @@ def test_every_sample_comes_out_with_the_previous_periods_selection() -> None:
     op = Reduce(pursuit={"period": 30.0, "window": 5}, full_every=5)
     outs = [op.update(batch.take(rows)) for rows in np.array_split(np.arange(len(batch)), 9)]
     rows = [r for o in outs for r in reduced_rows(o)]
-    selections = [s for o in outs for s in o["perf.selection"]]
-    controls = [c for o in outs for c in o["perf.control"]]
+    selections = [s for o in outs for s in o["selection"]]
+    controls = [c for o in outs for c in o["control"]]
     assert sorted((r["node"], r["seq"]) for r in rows) == sorted(
         zip(batch.node_names(), batch.seq.tolist(), strict=True)
     )

@@ -7,7 +7,8 @@ from typing import Any
 import numpy as np
 import pytest
 from perfsift.operators.redundancy import PairwiseMoments, cluster_features, constant_features, fisher_z
-from perfsift.operators.selection import DataReduction, backward_elimination, bucket_rows, reduce_metrics, refit_r2
+from perfsift.operators.regression import backward_elimination, refit_r2
+from perfsift.operators.selection import DataReduction, bucket_rows, reduce_metrics
 from perfsift.producers.synth import gridftp
 from perfsift.schemas import samples_to_batch
 

@@ -21,7 +21,7 @@ from perfsift.schemas import (
     load_schema,
     samples_to_batch,
 )
-from perfsift.schemas.serde import SCHEMA_NAMES
+from perfsift.schemas.records import SCHEMA_NAMES
 
 SAMPLE = {
     "ts": 1700000000.25,
@@ -169,7 +169,7 @@ uniform_values = st.one_of(st.floats(allow_nan=False, allow_infinity=False), st.
 def test_uniform_batches_decode_as_record_by_record(metric_names: list, rows: list, data: st.DataObject) -> None:
     """The fast path for batches whose records share their metric names gives the same batch as
     the record-by-record path; a batch with one odd record falls back to it whole."""
-    import perfsift.schemas.serde as serde
+    import perfsift.schemas.batches as batches
 
     raw = [
         orjson.dumps({"ts": t, "node": node, "seq": q, "metrics": {m: data.draw(uniform_values) for m in metric_names}})
@@ -182,11 +182,11 @@ def test_uniform_batches_decode_as_record_by_record(metric_names: list, rows: li
     def no_fast_path(values: Sequence[bytes | None]) -> Batch | None:
         return None  # what the fast path says when a batch is not uniform: the record-by-record path runs
 
-    original, serde._decode_uniform = serde._decode_uniform, no_fast_path
+    original, batches._decode_uniform = batches._decode_uniform, no_fast_path
     try:
         slow = decode_samples(raw)
     finally:
-        serde._decode_uniform = original
+        batches._decode_uniform = original
     (a, kept_a, err_a), (b, kept_b, err_b) = fast, slow
     assert kept_a == kept_b and [(e.index, e.reason) for e in err_a] == [(e.index, e.reason) for e in err_b]
     assert (a.metrics, a.nodes, a.jobs) == (b.metrics, b.nodes, b.jobs)

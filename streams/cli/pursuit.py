@@ -12,11 +12,10 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import numpy as np
-import orjson
 import typer
 from perfsift.operators import Batch, ProjectionPursuit, SlidingMean
-from perfsift.streams.tools import read_trace
-from perfsift.streams.ui import console, fail, out
+from perfsift.streams.cli.ui import console, fail, out, read_trace, write_jsonl
+from perfsift.streams.plots import plot_selection
 from rich.progress import Progress
 from rich.table import Table
 
@@ -71,43 +70,6 @@ def _flags(d: dict[str, Any]) -> str:
     return ", ".join(notes)
 
 
-def plot_selection(records: list[dict[str, Any]], path: Path, job: str | None = None) -> None:
-    """Metrics (rows) × periods (columns), a mark where the metric was selected, darker for a higher
-    rank; skipped periods hatched (cf. Vetter & Reed, SC'99, Figure 8)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    recs = [r for r in records if job is None or r["job"] == job]
-    if not recs:
-        raise ValueError("no selection record to plot")
-    metrics = sorted({m for r in recs for m in r["scores"]} | {m for r in recs for m in r["selected"]})
-    row = {m: i for i, m in enumerate(metrics)}
-    t0 = recs[0]["period_start"]
-    fig, ax = plt.subplots(figsize=(max(6, 0.25 * len(recs) + 3), 0.32 * len(metrics) + 1.5))
-    shades = ["#08306b", "#2171b5", "#6baed6", "#c6dbef"]
-    for r in recs:
-        x0, width = r["period_start"] - t0, r["period_end"] - r["period_start"]
-        if r["skipped"] is not None:
-            ax.axvspan(x0, x0 + width, color="0.9", hatch="//", lw=0)
-            continue
-        for rank, m in enumerate(r["selected"]):
-            ax.add_patch(plt.Rectangle((x0, row[m] - 0.4), width, 0.8, color=shades[min(rank, 3)]))
-    ax.set_yticks(range(len(metrics)), metrics)
-    ax.set_ylim(-0.6, len(metrics) - 0.4)
-    ax.set_xlim(0, recs[-1]["period_end"] - t0)
-    ax.invert_yaxis()
-    ax.set_xlabel("time (s)")
-    ax.set_title(f"metrics selected by projection pursuit — {recs[0]['job']}")
-    handles = [plt.Rectangle((0, 0), 1, 1, color=shades[i]) for i in range(3)]
-    ax.legend(handles, ["1st", "2nd", "3rd"], ncol=3, fontsize=8, loc="upper right", bbox_to_anchor=(1, 1.12))
-    ax.grid(axis="x", alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
 def pursuit(
     trace: Annotated[Path, typer.Argument(help="Trace (SDDF, CSV or JSONL).", exists=True, dir_okay=False)],
     window: Annotated[int, typer.Option("--window", "-w", help="Smoothing window w (samples).")] = 5,
@@ -133,16 +95,13 @@ def pursuit(
             rounds=rounds,
             trim=trim,
             seed=seed,
-        )
-        op.reset()
+        )  # the parameters are checked as the state is first set up, at construction
     except ValueError as exc:
         raise fail(str(exc)) from None
     batch = read_trace(trace)
     records = run_pursuit(batch, op, window)
     if json_out:
-        with json_out.open("wb") as fh:
-            for r in records:
-                fh.write(orjson.dumps(r) + b"\n")
+        write_jsonl(json_out, records)
     out.print(timeline_table(records, f"projection pursuit over {trace.name} (w={window}, τ={period:g} s)"))
     done = [r for r in records if r["skipped"] is None]
     counts: dict[str, int] = {}

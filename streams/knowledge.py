@@ -1,21 +1,26 @@
 """The knowledge base (Zhu's two-tier design, METHODS.md §3.2): a primary table describing every
 recorded run and event (application, event, time range, count, min, max, mean, sd) and a record
 table with the data. SQLite by default (a file path); PostgreSQL when given a ``postgresql://``
-DSN (needs ``psycopg``, the ``[postgres]`` extra).
+DSN (needs ``psycopg``: ``pip install psycopg``).
 
-The clean operator asks it for the historical maxima of an application's events (thresholds) and
-for recent complete samples (imputation training data when a run has too little of its own).
+The clean operator opens no database: it gets what it needs of an application - the historical
+maxima of its events (thresholds) and recent complete samples (imputation training data when a
+run has too little of its own) - as a :class:`~perfsift.operators.clean.KnowledgeHistory`, made by
+:meth:`KnowledgeBase.history`. A pipeline file names the knowledge base and the application on the
+clean operator (``kb:``, ``app:``); :func:`clean_params` turns them into that history.
 """
 
 from __future__ import annotations
 
+import inspect
 import math
 import sqlite3
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
+from perfsift.operators.clean import Clean, KnowledgeHistory
 
 SCHEMA = (
     """CREATE TABLE IF NOT EXISTS runs (
@@ -41,9 +46,7 @@ class KnowledgeBase:
             try:
                 import psycopg
             except ImportError:
-                raise RuntimeError(
-                    "a PostgreSQL knowledge base needs psycopg: pip install 'perfsift[postgres]'"
-                ) from None
+                raise RuntimeError("a PostgreSQL knowledge base needs psycopg: pip install psycopg") from None
             self.conn: Any = psycopg.connect(location)
             self.ph = "%s"
         else:
@@ -160,3 +163,24 @@ class KnowledgeBase:
             table.setdefault((ts, node), np.full(len(names), np.nan))[pos[event]] = value
         rows = [r for r in table.values() if not np.isnan(r).any()][:limit]
         return names, np.array(rows) if rows else np.zeros((0, len(names)))
+
+    def history(self, app: str, rows: int) -> KnowledgeHistory:
+        """What :class:`~perfsift.operators.clean.Clean` uses of an application: its events'
+        historical maxima and up to ``rows`` recent complete samples."""
+        names, reference = self.reference_rows(app, rows)
+        return KnowledgeHistory(self.maxima(app), tuple(names), reference)
+
+
+def clean_params(params: Mapping[str, Any]) -> dict[str, Any]:
+    """A clean operator's constructor parameters from its pipeline-file (or command-line)
+    parameters: ``kb`` (SQLite path or PostgreSQL DSN) and ``app`` become the application's
+    ``history``, read now, with as many reference rows as the operator's ``knn_window``."""
+    out = {k: v for k, v in params.items() if k not in ("kb", "app")}
+    kb, app = params.get("kb"), params.get("app")
+    if (kb is None) != (app is None):
+        raise ValueError("kb and app go together: the knowledge base is looked up by application")
+    if kb is not None:
+        rows = int(out.get("knn_window", inspect.signature(Clean.__init__).parameters["knn_window"].default))
+        with KnowledgeBase(str(kb)) as base:
+            out["history"] = base.history(str(app), rows)
+    return out

@@ -16,11 +16,10 @@ from perfsift.producers.sampler import HostSampler
 from perfsift.producers.traces import FORMATS, SddfMapping, TraceWriter
 from perfsift.schemas import RecordError
 from perfsift.streams.broker import BrokerError, bootstrap_or_embedded
-from perfsift.streams.config import PipelineConfig, kafka_properties, load_pipeline, parse_props
+from perfsift.streams.cli.ui import BootstrapOpt, ConfigOpt, PropsOpt, console, fail, out, pipeline_from_flags
+from perfsift.streams.clients import create_pipeline_topics, kafka_properties, parse_props
 from perfsift.streams.publish import PublishError, SamplePublisher
 from perfsift.streams.replay import AdaptiveControl, replay
-from perfsift.streams.topics import create_pipeline_topics
-from perfsift.streams.ui import BootstrapOpt, ConfigOpt, PropsOpt, console, fail, out
 
 
 def parse_duration(text: str) -> float:
@@ -32,13 +31,6 @@ def parse_duration(text: str) -> float:
     if v <= 0:
         raise typer.BadParameter("a duration must be positive")
     return v
-
-
-def _config(path: Path | None) -> PipelineConfig:
-    try:
-        return load_pipeline(path)
-    except ValueError as exc:
-        raise fail(str(exc)) from None
 
 
 def replay_command(
@@ -77,7 +69,7 @@ def replay_command(
         sddf_map = SddfMapping.parse(mapping) if mapping else None
     except ValueError as exc:
         raise fail(str(exc)) from None
-    cfg = _config(config)
+    cfg = pipeline_from_flags(config)
     stop = threading.Event()
     try:
         with bootstrap_or_embedded(bootstrap) as (bs, embedded):
@@ -171,7 +163,7 @@ def sample_command(
                 n = loop(w.write)
             out.print(f"wrote {n} samples to {out_file}")
             return
-        cfg = _config(config)
+        cfg = pipeline_from_flags(config)
         with bootstrap_or_embedded(bootstrap) as (bs, embedded):
             if embedded is not None:
                 console.print(f"embedded broker on {bs} (in memory)")

@@ -8,10 +8,12 @@ from typing import Annotated, Any
 
 import numpy as np
 import typer
-from perfsift.operators.model import METHODS, ModelError, StructuralModel, balance
+from perfsift.models.balance import balance
+from perfsift.models.expressions import ModelError
+from perfsift.models.structural import METHODS, StructuralModel
 from perfsift.operators.predict import ModelPredictor, load_model, summarize
-from perfsift.streams.tools import _write_jsonl, read_trace
-from perfsift.streams.ui import console, fail, out
+from perfsift.streams.cli.ui import console, fail, out, read_trace, write_jsonl
+from perfsift.streams.plots import plot_predictions
 from rich.table import Table
 
 ModelArg = Annotated[str, typer.Argument(help="Model file (YAML) or the name of a bundled model (sor).")]
@@ -61,7 +63,7 @@ def predict_command(
                 raise fail(str(exc)) from None
             status.update(f"predicting: {min((i + 1) * 50, len(starts)):,} of {len(starts):,} timestamps")
     if json_out:
-        _write_jsonl(json_out, records)
+        write_jsonl(json_out, records)
     summary = summarize(records)
     t = Table(title=f"{m.name}: predictions over {trace.name}")
     for col in ("output", "node", "predictions", "coverage of ±2σ", "mean |z|", "rows violated", "method"):
@@ -77,40 +79,6 @@ def predict_command(
     if plot and records:
         plot_predictions(records, plot)
         out.print(f"wrote {plot}")
-
-
-def plot_predictions(records: list[dict[str, Any]], path: Path) -> None:
-    """One panel per output (job-wide outputs, or the node with the most violated rows): observed
-    values over the predicted mean ± 2σ band, violated rows marked."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    outputs = sorted({r["output"] for r in records})
-    fig, axes = plt.subplots(len(outputs), 1, figsize=(10, 2.8 * len(outputs)), sharex=True, squeeze=False)
-    t0 = min(r["ts"] for r in records)
-    for ax, output in zip(axes[:, 0], outputs, strict=True):
-        rs = [r for r in records if r["output"] == output]
-        node = max(
-            sorted({r["node"] for r in rs}), key=lambda n: sum(r["node"] == n and r["state"] == "violated" for r in rs)
-        )
-        rs = [r for r in rs if r["node"] == node]
-        t = np.array([r["ts"] - t0 for r in rs])
-        ax.fill_between(t, [r["lower"] for r in rs], [r["upper"] for r in rs], alpha=0.3, label="mean ± 2σ")
-        ax.plot(t, [r["mean"] for r in rs], lw=1, label="predicted mean")
-        obs = [np.nan if r["observed"] is None else r["observed"] for r in rs]
-        ax.plot(t, obs, ".", ms=3, color="k", label="observed")
-        bad = [i for i, r in enumerate(rs) if r["state"] == "violated"]
-        if bad:
-            ax.plot(t[bad], np.array(obs)[bad], "x", color="red", ms=5, label="violated")
-        ax.set_ylabel(f"{output}\n({'job' if node == '*' else node})")
-        ax.grid(alpha=0.3)
-    axes[0, 0].legend(ncol=4, fontsize=8, loc="upper left")
-    axes[-1, 0].set_xlabel("time (s)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 def balance_command(

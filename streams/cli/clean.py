@@ -12,12 +12,11 @@ from typing import Annotated, Any
 import numpy as np
 import typer
 from perfsift.operators import Clean
-from perfsift.operators.knowledge import KnowledgeBase
-from perfsift.operators.quality import diff, dtw
 from perfsift.producers.traces import iter_samples
 from perfsift.schemas import RecordError, encode_batch, samples_to_batch
-from perfsift.streams.config import ConfigError, load_pipeline
-from perfsift.streams.ui import console, counting_progress, fail, out
+from perfsift.streams.cli.ui import console, counting_progress, fail, out, pipeline_from_flags
+from perfsift.streams.knowledge import KnowledgeBase, clean_params
+from perfsift.streams.quality import diff, dtw
 from rich.table import Table
 
 
@@ -41,10 +40,7 @@ def _kb_location(db: str | None) -> str:
 
 def _clean_params(config: Path | None) -> dict[str, Any]:
     """The clean operator's parameters from the pipeline file (the first ``clean`` operator)."""
-    try:
-        cfg = load_pipeline(config)
-    except ConfigError as exc:
-        raise fail(str(exc)) from None
+    cfg = pipeline_from_flags(config)
     for st in cfg.stages.values():
         for op in st.operators:
             if op.type == "clean":
@@ -72,8 +68,7 @@ def clean_command(
         if value is not None:
             params[name] = value
     try:
-        op = Clean(**params)
-        op.reset()
+        op = Clean(**clean_params(params))
     except (TypeError, ValueError, RuntimeError) as exc:
         raise fail(f"clean settings: {exc}") from None
     errors: list[RecordError] = []
@@ -212,48 +207,3 @@ def kb_show(run: Annotated[int, typer.Argument(help="Run id (see kb list).")], d
     for e in events:
         t.add_row(e["event"], str(e["n"]), *(f"{e[c]:.6g}" for c in ("min", "max", "mean", "sd")))
     out.print(t)
-
-
-def analyze_command(
-    trace: Annotated[Path, typer.Argument(help="Trace: SDDF, CSV or JSONL.", exists=True, dir_okay=False)],
-    out_dir: Annotated[Path, typer.Option("--out", "-o", help="Folder for the outputs and summary.json.")],
-    config: Annotated[
-        Path | None, typer.Option("--config", "-c", help="Pipeline YAML (default: the packaged one).")
-    ] = None,
-    perf_metric: Annotated[str | None, typer.Option(help="Also run statistical data reduction on this metric.")] = None,
-    contract: Annotated[
-        Path | None,
-        typer.Option(help="Also check this contract (perfsift contract derive).", exists=True, dir_okay=False),
-    ] = None,
-    sddf: Annotated[bool, typer.Option("--sddf", help="Write the reduced stream as SDDF too (reduced.sddf).")] = False,
-) -> None:
-    """Run the whole pipeline over an archived trace in one process (no broker): the same records a
-    streaming run publishes, as files in OUT, plus a summary."""  # fmt: skip
-    from perfsift.streams.analyze import analyze, with_options
-
-    try:
-        cfg = with_options(load_pipeline(config), perf_metric, contract)
-    except ConfigError as exc:
-        raise fail(str(exc)) from None
-    progress = counting_progress()
-    try:
-        with progress:
-            task = progress.add_task(f"analysing {trace.name}", total=None)
-            summary = analyze(trace, cfg, out_dir, sddf=sddf, on_chunk=lambda n: progress.update(task, completed=n))
-    except (RecordError, ValueError) as exc:
-        raise fail(str(exc)) from None
-    t = Table(title=f"perfsift analyze {trace.name}: {summary['samples']:,} samples in {summary['elapsed_s']:.1f} s")
-    for col in ("stage", "in", "out", "MB in", "MB out", "s"):
-        t.add_column(col, justify="left" if col == "stage" else "right")
-    for name, s in summary["stages"].items():
-        t.add_row(name, f"{s['records_in']:,}", f"{s['records_out']:,}", f"{s['bytes_in'] / 1e6:.2f}",
-                  f"{s['bytes_out'] / 1e6:.2f}", f"{s['seconds']:.2f}")  # fmt: skip
-    out.print(t)
-    if summary["reduction_ratio"] is not None:
-        out.print(f"reduced stream: {summary['reduction_ratio']:.1%} of the smoothed bytes "
-                  f"({summary['reduction_ratio_vs_raw']:.1%} of the raw bytes)")  # fmt: skip
-    for job, j in summary["jobs"].items():
-        kept = ", ".join(j["kept"] or ["everything"])
-        out.print(f"  {job}: kept {kept} (selection version {j['selection_version']}); "
-                  f"{j['values_out']:,} of {j['values_in']:,} values")  # fmt: skip
-    out.print(f"outputs in {out_dir}: " + ", ".join(sorted(p.name for p in out_dir.iterdir())))

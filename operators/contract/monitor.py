@@ -1,241 +1,35 @@
-"""Performance contracts with fuzzy violation levels (METHODS.md §4; Vraalsen, Aydt, Mendes, Reed).
+"""Contract monitoring (METHODS.md §4.5-4.6): each sample's distance to its contract's classes,
+as a fuzzy violation level, smoothed per node, with persistence and hysteresis.
 
-A contract has named metric *spaces*; each dimension is a metric (``instructions_per_s``) or a
-ratio of two (``instructions/flops``). From a baseline run, :func:`derive_contract` maps every
-sample into each space (``log10``, floored at 1e-300), groups the points into equivalence classes
-by leader clustering with one maximum distance D, and gives each class a tolerance per dimension
-``τ = max(k_σ·σ, D/√m)``. :class:`ContractMonitor` then measures each new sample's distance to
-the nearest class in tolerance units (Chebyshev by default), turns it into a violation level in
-[0, 1] with the fuzzy rulebase, smooths it per node and raises or clears a violation with
-persistence and hysteresis (§4.6).
-
-Capabilities: a dimension may name a capability unit (``instructions_per_s@flops``). Its values
-are then divided by the node's capability in that unit (FLOP/s, bytes/s) before anything else,
-which is the projection ``ê^B = e^A · κ^B/κ^A`` of §4.1 written on both sides: a node half as
-fast is expected to run at half the rate.
+:class:`ContractMonitor` measures each new sample's distance to the nearest class of each space
+(:mod:`~perfsift.operators.contract.signature`) in tolerance units (Chebyshev by default), turns
+it into a violation level in [0, 1] with the fuzzy rulebase
+(:mod:`~perfsift.operators.contract.rules`), smooths it per node and raises or clears a violation
+with persistence and hysteresis (:class:`ViolationTracker`, §4.6).
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from perfsift.operators._keyed import KeyedColumns, group_rows, grow
-from perfsift.operators.base import Operator
+from perfsift.operators.base import Decider
 from perfsift.operators.batch import Batch
+from perfsift.operators.contract.rules import DEFAULT_RULEBASE, Rulebase
+from perfsift.operators.contract.signature import (
+    ContractError,
+    Dimension,
+    capability_column,
+    check_contract,
+    load_contract,
+    phi,
+)
 from perfsift.operators.forecast import ForecastBank
-from perfsift.operators.fuzzy import DEFAULT_RULEBASE, Rulebase, RulebaseError
 
 STATES = ("ok", "violated", "unknown")
-LOG_FLOOR = 1e-300
-
-
-class ContractError(ValueError):
-    """A contract file or space definition that cannot be used; the message names the problem."""
-
-
-@dataclass(frozen=True)
-class Dimension:
-    """``num``, ``num/den`` or either followed by ``@unit`` (a capability unit)."""
-
-    expr: str
-    num: str
-    den: str | None
-    unit: str | None
-
-    @classmethod
-    def parse(cls, expr: str) -> Dimension:
-        text = expr.strip()
-        body, _, unit = text.partition("@")
-        num, _, den = body.partition("/")
-        if not num.strip() or (("/" in body) and not den.strip()) or ("@" in text and not unit.strip()):
-            raise ContractError(f"bad dimension {expr!r}: use METRIC, METRIC/METRIC, optionally @UNIT")
-        return cls(text, num.strip(), den.strip() or None, unit.strip() or None)
-
-    def values(self, batch: Batch, capability: np.ndarray | None) -> np.ndarray:
-        """The dimension's raw value per row (NaN when a metric is missing)."""
-        ix = {m: i for i, m in enumerate(batch.metrics)}
-        nan = np.full(len(batch), np.nan)
-        v = batch.values[:, ix[self.num]] if self.num in ix else nan
-        if self.den is not None:
-            d = batch.values[:, ix[self.den]] if self.den in ix else nan
-            with np.errstate(divide="ignore", invalid="ignore"):
-                v = v / d
-        if capability is not None:
-            v = v / capability
-        return v
-
-
-def parse_space(spec: str) -> tuple[str, list[Dimension]]:
-    """``NAME=DIM[,DIM...]`` as on the command line."""
-    name, sep, dims = spec.partition("=")
-    if not sep or not name.strip() or not dims.strip():
-        raise ContractError(f"bad space {spec!r}: use NAME=DIM[,DIM...]")
-    return name.strip(), [Dimension.parse(d) for d in dims.split(",")]
-
-
-def _phi(v: np.ndarray) -> np.ndarray:
-    with np.errstate(divide="ignore", invalid="ignore"):
-        out = np.log10(np.maximum(v, LOG_FLOOR))
-    out[~np.isfinite(v) | (v < 0)] = np.nan  # a negative rate or ratio has no place in log space
-    return out
-
-
-def capability_column(
-    batch: Batch, unit: str | None, capabilities: Mapping[str, Mapping[str, float]]
-) -> np.ndarray | None:
-    """Per-row capability of each row's node in ``unit`` (1 where the node has none)."""
-    if unit is None or not capabilities:
-        return None
-    per_node = np.array([float(capabilities.get(n, {}).get(unit, 1.0)) for n in batch.nodes] or [1.0])
-    return per_node[batch.node_idx]
-
-
-def space_points(
-    batch: Batch, dims: Sequence[Dimension], capabilities: Mapping[str, Mapping[str, float]]
-) -> np.ndarray:
-    """φ-mapped points [rows, dims] of a batch in one space (NaN where unknown)."""
-    cols = [_phi(d.values(batch, capability_column(batch, d.unit, capabilities))) for d in dims]
-    return np.stack(cols, axis=1) if cols else np.empty((len(batch), 0))
-
-
-def baseline_capabilities(batch: Batch, unit_metrics: Mapping[str, str]) -> dict[str, dict[str, float]]:
-    """Per node, each unit's capability as the node's mean of a metric in a baseline run
-    (``{"flops": "flops_per_s"}``: a node's FLOP/s capability is the FLOP rate it sustained)."""
-    out: dict[str, dict[str, float]] = {}
-    for unit, metric in unit_metrics.items():
-        if metric not in batch.metrics:
-            raise ContractError(f"capability {unit}={metric}: the baseline has no metric {metric!r}")
-        col = batch.values[:, batch.metrics.index(metric)]
-        for ni, node in enumerate(batch.nodes):
-            v = col[batch.node_idx == ni]
-            v = v[~np.isnan(v)]
-            if len(v) and v.mean() > 0:
-                out.setdefault(node, {})[unit] = float(v.mean())
-    return out
-
-
-def leader_clusters(points: np.ndarray, max_distance: float, refine: int = 1) -> np.ndarray:
-    """Leader clustering (§4.2): cluster index of every point, in order; ``refine`` reassignment passes.
-
-    >>> leader_clusters(np.array([[0], [0.05], [1], [1.04], [0.02]]), 0.1).tolist()
-    [0, 0, 1, 1, 0]
-    """
-    centroids: list[np.ndarray] = []
-    counts: list[int] = []
-    labels = np.empty(len(points), dtype=np.int64)
-    for i, u in enumerate(points):
-        if centroids:
-            dist = np.linalg.norm(np.asarray(centroids) - u, axis=1)
-            c = int(np.argmin(dist))
-            if dist[c] <= max_distance:
-                counts[c] += 1
-                centroids[c] = centroids[c] + (u - centroids[c]) / counts[c]
-                labels[i] = c
-                continue
-        centroids.append(u.astype(np.float64).copy())
-        counts.append(1)
-        labels[i] = len(centroids) - 1
-    for _ in range(refine):
-        cent = np.asarray(centroids)
-        labels = np.argmin(np.linalg.norm(points[:, None, :] - cent[None, :, :], axis=2), axis=1)
-        used = np.unique(labels)
-        centroids = [points[labels == c].mean(axis=0) for c in used]
-        labels = np.searchsorted(used, labels)
-    return labels
-
-
-def derive_contract(
-    baseline: Batch,
-    spaces: Mapping[str, Sequence[str]],
-    max_distance: float = 0.1,
-    k_sigma: float = 2.0,
-    refine: int = 1,
-    min_size: int = 1,
-    rulebase: str = DEFAULT_RULEBASE,
-    capabilities: Mapping[str, Mapping[str, float]] | None = None,
-) -> dict[str, Any]:
-    """A contract (JSON-able dict) from a baseline run; see the module docstring."""
-    try:
-        Rulebase.parse(rulebase)
-    except RulebaseError as exc:
-        raise ContractError(f"rulebase: {exc}") from None
-    caps = dict(capabilities or {})
-    out_spaces = []
-    for name, exprs in spaces.items():
-        dims = [Dimension.parse(e) for e in exprs]
-        pts = space_points(baseline, dims, caps)
-        pts = pts[~np.isnan(pts).any(axis=1)]
-        if len(pts) == 0:
-            missing = [d.expr for d in dims]
-            raise ContractError(f"space {name!r}: no baseline sample has every dimension {missing}")
-        labels = leader_clusters(pts, max_distance, refine)
-        floor = max_distance / np.sqrt(len(dims))
-        classes = []
-        for c in np.unique(labels):
-            members = pts[labels == c]
-            if len(members) < min_size:
-                continue
-            sd = members.std(axis=0)  # population
-            classes.append(
-                {
-                    "centroid": members.mean(axis=0).tolist(),
-                    "tolerance": np.maximum(k_sigma * sd, floor).tolist(),
-                    "size": len(members),
-                }
-            )
-        out_spaces.append({"name": name, "dims": [d.expr for d in dims], "classes": classes})
-    return {
-        "version": 1,
-        "max_distance": max_distance,
-        "k_sigma": k_sigma,
-        "phi": "log10",
-        "spaces": out_spaces,
-        "rulebase": rulebase,
-        "capabilities": caps,
-    }
-
-
-def load_contract(path: str | Path) -> dict[str, Any]:
-    """Read and check a contract file; errors name the file and the problem."""
-    p = Path(path)
-    try:
-        doc = json.loads(p.read_text())
-    except OSError as exc:
-        raise ContractError(f"{p}: cannot read: {exc.strerror}") from None
-    except json.JSONDecodeError as exc:
-        raise ContractError(f"{p}:{exc.lineno}:{exc.colno}: not valid JSON: {exc.msg}") from None
-    check_contract(doc, str(p))
-    return doc
-
-
-def check_contract(doc: Any, source: str = "<contract>") -> None:
-    if not isinstance(doc, dict) or not isinstance(doc.get("spaces"), list) or not doc["spaces"]:
-        raise ContractError(f"{source}: a contract is an object with a non-empty 'spaces' list")
-    for i, sp in enumerate(doc["spaces"]):
-        where = f"{source}: spaces[{i}]"
-        if not isinstance(sp, dict) or not isinstance(sp.get("dims"), list) or not sp["dims"]:
-            raise ContractError(f"{where}: needs 'name', 'dims' (non-empty list) and 'classes'")
-        for d in sp["dims"]:
-            Dimension.parse(str(d))
-        m = len(sp["dims"])
-        classes = sp.get("classes")
-        if not isinstance(classes, list) or not classes:
-            raise ContractError(f"{where}: has no classes (a contract needs at least one)")
-        for j, c in enumerate(classes):
-            cent, tol = c.get("centroid"), c.get("tolerance")
-            if not (isinstance(cent, list) and isinstance(tol, list) and len(cent) == len(tol) == m):
-                raise ContractError(f"{where}.classes[{j}]: centroid and tolerance need {m} numbers each")
-            if any((not isinstance(t, int | float)) or t <= 0 for t in tol):
-                raise ContractError(f"{where}.classes[{j}]: tolerances must be positive numbers")
-    try:
-        Rulebase.parse(doc.get("rulebase", DEFAULT_RULEBASE), f"{source}: rulebase")
-    except RulebaseError as exc:
-        raise ContractError(str(exc)) from None
 
 
 class ViolationTracker:
@@ -289,7 +83,7 @@ class ViolationTracker:
         self.state = arrays["state"].astype(np.int64).copy()
 
 
-class ContractMonitor(Operator):
+class ContractMonitor(Decider):
     """Evaluate samples against a contract, per (job, node).
 
     Output: a batch with the same rows whose values are the per-dimension violation levels (columns
@@ -314,6 +108,12 @@ class ContractMonitor(Operator):
         way to set expectations without a baseline of the same resources. Until a node has a
         forecast, the contract's capability (or 1) is used.
     """
+
+    output = "contract"
+    FILE_PARAMS = ("contract",)
+
+    def records(self, out: Batch | list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return contract_records(out) if isinstance(out, Batch) else out
 
     def __init__(
         self,
@@ -358,7 +158,6 @@ class ContractMonitor(Operator):
         self.lut_x_, self.lut_y_ = rb.table()
         self.caps_ = doc.get("capabilities") or {}
         self.bank_ = ForecastBank(metrics=sorted(set((self.capability_forecasts or {}).values())))
-        self.bank_.reset()
         self.cols_ = KeyedColumns()
         self.tracker_ = ViolationTracker(self.theta_on, self.theta_off, self.k_persist)
 
@@ -369,8 +168,6 @@ class ContractMonitor(Operator):
         return out
 
     def update(self, batch: Batch) -> Batch:
-        if not hasattr(self, "doc_"):
-            self.reset()
         k = len(batch)
         forecast_caps = self._forecast_capabilities(batch) if self.capability_forecasts else {}
         dist_cols, level_cols = [], []
@@ -381,7 +178,7 @@ class ContractMonitor(Operator):
                 if d.unit in forecast_caps:
                     fc = forecast_caps[d.unit]
                     cap = np.where(np.isnan(fc) | (fc <= 0), cap if cap is not None else 1.0, fc)
-                cols.append(_phi(d.values(batch, cap)))
+                cols.append(phi(d.values(batch, cap)))
             pts = np.stack(cols, axis=1) if cols else np.empty((k, 0))
             delta = np.abs(pts[:, None, :] - cent[None, :, :]) / tol[None, :, :]  # [k, C, m]
             score = delta.max(axis=2) if self.metric == "chebyshev" else np.sqrt((delta**2).mean(axis=2))
@@ -442,8 +239,6 @@ class ContractMonitor(Operator):
     def summary(self) -> dict[str, dict[str, Any]]:
         """Per job, the contract state of each node now (``contract_nodes``: node -> ok, violated
         or unknown before its first evaluated row), for live views."""
-        if not hasattr(self, "cols_"):
-            return {}
         out: dict[str, dict[str, Any]] = {}
         ewma, state = self.tracker_.ewma, self.tracker_.state
         evaluated = min(len(ewma), len(state))  # live views read this while update() may grow them

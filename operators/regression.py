@@ -1,0 +1,180 @@
+"""Backward elimination (METHODS.md §2.2, step 2 of statistical data reduction): an OLS fit of the
+performance metric on candidate features (linear, and with ``quadratic`` also (x − c)² terms),
+from which the term with the smallest partial F is removed while F < F-to-remove; and the R² of a
+selection refitted on other data.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+SQUARE = "^2"
+
+
+@dataclass
+class Regression:
+    """Result of backward elimination (coefficients in the original units)."""
+
+    terms: list[str]
+    coefficients: list[float]
+    intercept: float
+    centers: dict[str, float]  # centre c_j of each kept quadratic term (x - c)^2
+    r2: float
+    adj_r2: float
+    n: int
+    history: list[tuple[str, float]] = field(default_factory=list)
+    collinear: list[str] = field(default_factory=list)
+    ridge: float = 0.0
+    skipped: str | None = None
+
+    @property
+    def metrics(self) -> list[str]:
+        """Features kept through their linear or their quadratic term, in term order."""
+        return list(dict.fromkeys(t.removesuffix(SQUARE) for t in self.terms))
+
+    @property
+    def quadratic(self) -> list[str]:
+        return [t.removesuffix(SQUARE) for t in self.terms if t.endswith(SQUARE)]
+
+
+def design(
+    x: np.ndarray, names: list[str], quadratic: bool, centers: dict[str, float] | None = None
+) -> tuple[np.ndarray, list[str], dict[str, float]]:
+    """Columns x_j and, with ``quadratic``, (x_j − c_j)² with c_j the column mean (or the given centres)."""
+    if not quadratic:
+        return x, list(names), {}
+    c = centers if centers is not None else {n: float(np.mean(x[:, j])) for j, n in enumerate(names)}
+    sq = np.stack([(x[:, j] - c[n]) ** 2 for j, n in enumerate(names)], axis=1) if names else x[:, :0]
+    return np.concatenate([x, sq], axis=1), [*names, *(n + SQUARE for n in names)], c
+
+
+def _drop_collinear(z: np.ndarray, tol: float = 1e-10) -> list[int]:
+    """Greedy pivoted Cholesky on the correlation of standardised columns: indexes of the columns
+    whose residual variance on the accepted ones is >= tol."""
+    n = len(z)
+    corr = z.T @ z / n
+    keep: list[int] = []
+    chol = np.zeros((0, 0))
+    for j in range(corr.shape[0]):
+        if keep:
+            v = np.linalg.solve(chol, corr[keep, j])
+            resid = corr[j, j] - v @ v
+        else:
+            v, resid = np.zeros(0), corr[j, j]
+        if resid >= tol:
+            keep.append(j)
+            new = np.zeros((len(keep), len(keep)))
+            new[:-1, :-1] = chol
+            new[-1, :-1] = v
+            new[-1, -1] = np.sqrt(resid)
+            chol = new
+    return keep
+
+
+def backward_elimination(
+    x: np.ndarray, y: np.ndarray, names: list[str], f_out: float = 2.0, centers: dict[str, float] | None = None
+) -> Regression:
+    """OLS with intercept, then remove the term with the smallest partial F while F < ``f_out``.
+
+    Partial F from the inverse cross-product (``F_j = β_j² / (s² G_jj)`` = t_j²) and the O(p²)
+    sweep down-date; G is recomputed every 20 removals or when a diagonal turns non-positive.
+    """
+    n, p = x.shape
+    if p == 0 or n < p + 2:
+        return Regression(
+            [],
+            [],
+            float(np.mean(y)) if n else float("nan"),
+            {},
+            0.0,
+            0.0,
+            n,
+            skipped=f"need at least p + 2 = {p + 2} complete rows, have {n}" if p else "no candidates",
+        )
+    mean, sd = x.mean(axis=0), x.std(axis=0)
+    sd = np.where(sd > 0, sd, 1.0)
+    z = (x - mean) / sd
+    keep = _drop_collinear(z)
+    collinear = [names[j] for j in range(p) if j not in keep]
+    z = z[:, keep]
+    terms = [names[j] for j in keep]
+    mean, sd = mean[keep], sd[keep]
+    yc = y - y.mean()
+    sst = float(yc @ yc)
+    xtx = z.T @ z
+    xty = z.T @ yc
+    ridge = 0.0
+    if np.linalg.cond(xtx) > 1e12:
+        ridge = 1e-10 * np.trace(xtx) / len(terms)
+
+    def fit(cols: list[int]) -> tuple[np.ndarray, np.ndarray, float]:
+        a = xtx[np.ix_(cols, cols)] + ridge * np.eye(len(cols))
+        g = np.linalg.inv(a)
+        b = g @ xty[cols]
+        return g, b, sst - float(b @ xty[cols])
+
+    active = list(range(len(terms)))
+    g, b, sse = fit(active)
+    history: list[tuple[str, float]] = []
+    removals = 0
+    while active:
+        df = n - len(active) - 1
+        s2 = sse / df if df > 0 else np.inf
+        f = b**2 / (s2 * np.diag(g)) if s2 > 0 else np.full(len(active), np.inf)
+        k = int(np.argmin(f))  # ties -> lowest index
+        if f[k] >= f_out:
+            break
+        history.append((terms[active[k]], float(f[k])))
+        gk = g[:, k].copy()
+        sse += b[k] ** 2 / g[k, k]
+        b = np.delete(b - gk * b[k] / g[k, k], k)
+        g = np.delete(np.delete(g - np.outer(gk, gk) / g[k, k], k, 0), k, 1)
+        del active[k]
+        removals += 1
+        if active and (removals % 20 == 0 or (np.diag(g) <= 0).any()):
+            g, b, sse = fit(active)
+    sel = [terms[i] for i in active]
+    coef = b / sd[active]
+    intercept = float(y.mean() - coef @ mean[active]) if active else float(y.mean())
+    r2 = 1 - sse / sst if sst > 0 else 0.0
+    adj = 1 - (1 - r2) * (n - 1) / (n - len(sel) - 1) if n - len(sel) - 1 > 0 else r2
+    used_centers = {
+        t.removesuffix(SQUARE): (centers or {}).get(t.removesuffix(SQUARE), 0.0) for t in sel if t.endswith(SQUARE)
+    }
+    return Regression(
+        sel,
+        [float(c) for c in coef],
+        intercept,
+        used_centers,
+        float(r2),
+        float(adj),
+        n,
+        history,
+        collinear,
+        float(ridge),
+    )
+
+
+def refit_r2(x: np.ndarray, y: np.ndarray, names: list[str], terms: list[str], centers: dict[str, float]) -> float:
+    """R² of an OLS refit of ``terms`` (linear ``f`` or quadratic ``f^2`` about ``centers``) on new data,
+    as the paper verifies a selection on other traces. Rows with a missing value are skipped."""
+    ix = {n: j for j, n in enumerate(names)}
+    cols = []
+    for t in terms:
+        base = t.removesuffix(SQUARE)
+        v = x[:, ix[base]] if base in ix else np.full(len(x), np.nan)
+        cols.append((v - centers.get(base, 0.0)) ** 2 if t.endswith(SQUARE) else v)
+    a = np.stack(cols, axis=1) if cols else np.empty((len(x), 0))
+    ok = ~np.isnan(y) & ~np.isnan(a).any(axis=1)
+    a, yy = a[ok], y[ok]
+    if len(yy) < len(terms) + 2:
+        return float("nan")
+    sd = a.std(axis=0)
+    a = (a - a.mean(axis=0)) / np.where(sd > 0, sd, 1.0)  # squared counters reach 1e16: scale before solving
+    design_m = np.concatenate([np.ones((len(yy), 1)), a], axis=1)
+    beta, *_ = np.linalg.lstsq(design_m, yy, rcond=None)
+    resid = yy - design_m @ beta
+    sst = float(((yy - yy.mean()) ** 2).sum())
+    return float(1 - resid @ resid / sst) if sst > 0 else 0.0

@@ -1,0 +1,296 @@
+"""Samples to and from column batches: many messages (JSON or Avro) decoded into one batch, and
+a batch's rows as sample records.
+
+A bad record is left out whole and reported as a :class:`~perfsift.schemas.records.RecordError`
+naming its place; the others are kept in input order.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import numpy as np
+import orjson
+from perfsift.operators.batch import Batch
+from perfsift.schemas.codecs import AvroCodec
+from perfsift.schemas.records import MAX_METRICS, SEQ_MAX, SEQ_MIN, RecordError, validate_sample
+
+
+def samples_to_batch(samples: Iterable[dict[str, Any]]) -> Batch:
+    """Column batch of already-valid samples (see :func:`validate_sample`).
+
+    >>> b = samples_to_batch([{"ts": 1.0, "node": "n1", "metrics": {"cpu": 5.0}},
+    ...                       {"ts": 2.0, "node": "n2", "job": "j", "seq": 7, "metrics": {"mem": None}}])
+    >>> b.metrics, b.values.tolist(), b.job_names(), b.seq.tolist()
+    (('cpu', 'mem'), [[5.0, nan], [nan, nan]], ['default', 'j'], [-1, 7])
+    """
+    rows = list(samples)
+    builder = _BatchBuilder()
+    for r in rows:
+        builder.add(r["ts"], r["node"], r.get("job", "default"), r.get("seq", -1), r["metrics"])
+    batch, bad = builder.build()
+    if bad:
+        i, reason = bad[0]
+        raise RecordError(reason, f"sample {i}")
+    return batch
+
+
+def batch_to_samples(batch: Batch) -> list[dict[str, Any]]:
+    """Records of a batch; NaN becomes None (JSON null). Extra columns with one value per row
+    (such as ``warm``) are included."""
+    names = batch.metrics
+    nodes, jobs = batch.nodes, batch.jobs
+    extras = {k: v.tolist() for k, v in batch.extra.items() if v.ndim == 1}
+    out = []
+    for i, (t, ni, ji, s, row) in enumerate(
+        zip(
+            batch.ts.tolist(),
+            batch.node_idx.tolist(),
+            batch.job_idx.tolist(),
+            batch.seq.tolist(),
+            batch.values.tolist(),
+            strict=True,
+        )
+    ):
+        rec: dict[str, Any] = {
+            "ts": t,
+            "node": nodes[ni],
+            "job": jobs[ji],
+            "seq": s,
+            "metrics": {m: (None if v != v else v) for m, v in zip(names, row, strict=True)},
+        }
+        for k, col in extras.items():
+            rec[k] = col[i]
+        out.append(rec)
+    return out
+
+
+class _BatchBuilder:
+    """Collects rows grouped by their metric-name tuple, then builds one matrix per group.
+
+    Rows of a stream almost always share the same metric names in the same order, so the values
+    of a group become a float64 matrix in one ``np.array`` call instead of a per-value loop.
+    """
+
+    def __init__(self) -> None:
+        self.ts: list[float] = []
+        self.node: list[int] = []
+        self.job: list[int] = []
+        self.seq: list[int] = []
+        self.node_ix: dict[str, int] = {}
+        self.job_ix: dict[str, int] = {}
+        self.groups: dict[tuple[str, ...], tuple[list[int], list[list[Any]]]] = {}
+
+    def add(self, ts: float, node: str, job: str, seq: int, metrics: dict[str, Any]) -> None:
+        row = len(self.ts)
+        self.ts.append(ts)
+        ni = self.node_ix.get(node)
+        if ni is None:
+            ni = self.node_ix[node] = len(self.node_ix)
+        self.node.append(ni)
+        ji = self.job_ix.get(job)
+        if ji is None:
+            ji = self.job_ix[job] = len(self.job_ix)
+        self.job.append(ji)
+        self.seq.append(seq)
+        names = tuple(metrics)
+        g = self.groups.get(names)
+        if g is None:
+            g = self.groups[names] = ([], [])
+        g[0].append(row)
+        g[1].append(list(metrics.values()))
+
+    def build(self) -> tuple[Batch, list[tuple[int, str]]]:
+        """The batch of the valid rows, and (row, reason) for rows with bad metric values."""
+        k = len(self.ts)
+        ok = np.ones(k, dtype=bool)
+        bad: list[tuple[int, str]] = []
+        mats = [
+            (names, rows, _to_float_matrix(vals, rows, names, bad, ok)) for names, (rows, vals) in self.groups.items()
+        ]
+        # columns come only from records that are kept: a rejected record adds no metric
+        live = [(names, rows, mat) for names, rows, mat in mats if ok[rows].any()]
+        metric_ix: dict[str, int] = {}
+        for names, _, _ in live:
+            for m in names:
+                metric_ix.setdefault(m, len(metric_ix))
+        values = np.full((k, len(metric_ix)), np.nan)
+        for names, rows, mat in live:
+            values[np.ix_(rows, [metric_ix[m] for m in names])] = mat
+        batch = Batch(
+            ts=np.array(self.ts, dtype=np.float64),
+            node_idx=np.array(self.node, dtype=np.int64),
+            values=values,
+            metrics=tuple(metric_ix),
+            nodes=tuple(self.node_ix),
+            job_idx=np.array(self.job, dtype=np.int64),
+            jobs=tuple(self.job_ix) or ("default",),
+            seq=np.array(self.seq, dtype=np.int64),
+        )
+        if bad:
+            batch = batch.take(ok)
+        return batch, bad
+
+
+def _to_float_matrix(
+    vals: list[list[Any]], rows: list[int], names: tuple[str, ...], bad: list[tuple[int, str]], ok: np.ndarray
+) -> np.ndarray:
+    """float64 matrix of one metric-name group; rows with non-numbers are reported in ``bad``."""
+    if not names:
+        return np.empty((len(vals), 0))
+    try:
+        arr = np.array(vals)
+    except (ValueError, TypeError):  # nested lists or mixed shapes: the per-value check names them
+        arr = np.empty(0, dtype=object)
+    numbers = set(map(type, itertools.chain.from_iterable(vals))) <= {float, int}  # np.array takes True as 1.0
+    if numbers and arr.dtype.kind == "f" and np.isfinite(arr).all():
+        return arr
+    if numbers and arr.dtype.kind == "i" and arr.ndim == 2:
+        return arr.astype(np.float64)
+    # Slow path (only for groups holding a null, a non-number or a non-finite value): check each
+    # value. JSON booleans are refused; orjson gives int/float/None for numbers and null.
+    out = np.full((len(vals), len(names)), np.nan)
+    for i, row in enumerate(vals):
+        for j, v in enumerate(row):
+            t = type(v)
+            if v is None:
+                continue
+            if (t is float or t is int) and math.isfinite(v):
+                out[i, j] = v
+            else:
+                bad.append((rows[i], f"metric {names[j]!r:.80} must be a finite number or null, got {v!r:.80}"))
+                ok[rows[i]] = False
+                break
+    return out
+
+
+def _decode_uniform(values: Sequence[bytes | None]) -> Batch | None:
+    """The common case at C speed: every message a valid JSON sample with the same metric names in
+    the same order. One pass per field (list comprehensions, set-of-types checks) instead of
+    per-record branches. None as soon as anything is off: the general path then decodes the
+    batch record by record and says what is wrong where."""
+    if not values:
+        return None
+    loads = orjson.loads
+    try:
+        objs = [loads(v) for v in values]  # type: ignore[arg-type]
+    except (orjson.JSONDecodeError, TypeError):
+        return None
+    if {type(o) for o in objs} != {dict}:
+        return None
+    ts = [o.get("ts") for o in objs]
+    nodes = [o.get("node") for o in objs]
+    jobs = [o.get("job", "default") for o in objs]
+    seqs = [o.get("seq", -1) for o in objs]
+    metrics = [o.get("metrics") for o in objs]
+    if (
+        not {type(t) for t in ts} <= {float, int}
+        or {type(n) for n in nodes} != {str}
+        or {type(j) for j in jobs} != {str}
+        or {type(q) for q in seqs} != {int}
+        or {type(m) for m in metrics} != {dict}
+    ):
+        return None
+    names = {tuple(m) for m in metrics}
+    if len(names) != 1 or min(seqs) < SEQ_MIN or max(seqs) > SEQ_MAX:
+        return None
+    (metric_names,) = names
+    ts_arr = np.array(ts, dtype=np.float64)
+    node_ix = {n: i for i, n in enumerate(dict.fromkeys(nodes))}
+    if "" in node_ix or len(metric_names) > MAX_METRICS or not np.isfinite(ts_arr).all():
+        return None
+    k, n = len(objs), len(metric_names)
+    columns = [m.values() for m in metrics]
+    if not set(map(type, itertools.chain.from_iterable(columns))) <= {float, int}:
+        return None  # nulls, booleans, strings, ...: checked value by value
+    try:
+        matrix = np.fromiter(itertools.chain.from_iterable(columns), np.float64, k * n).reshape(k, n)
+    except OverflowError:
+        return None
+    if not np.isfinite(matrix).all():
+        return None
+    job_ix = {j: i for i, j in enumerate(dict.fromkeys(jobs))}
+    return Batch(
+        ts=ts_arr,
+        node_idx=np.array([node_ix[n] for n in nodes], dtype=np.int64),
+        values=matrix,
+        metrics=metric_names,
+        nodes=tuple(node_ix),
+        job_idx=np.array([job_ix[j] for j in jobs], dtype=np.int64),
+        jobs=tuple(job_ix),
+        seq=np.array(seqs, dtype=np.int64),
+    )
+
+
+def decode_samples(
+    values: Sequence[bytes | None], where: Callable[[int], str] | None = None, codec: str = "json"
+) -> tuple[Batch, list[int], list[RecordError]]:
+    """Decode many messages into one column batch.
+
+    Returns ``(batch, kept, errors)``: ``kept[i]`` is the input position of batch row i, and each
+    error names its input position via ``where`` (e.g. ``"perf.raw:3:1042"``). Bad records are
+    left out whole; the others are kept in input order.
+    """
+    if codec == "json":
+        uniform = _decode_uniform(values)
+        if uniform is not None:
+            return uniform, list(range(len(values))), []
+    loc = where or (lambda i: f"record {i}")
+    builder = _BatchBuilder()
+    positions: list[int] = []
+    errors: list[RecordError] = []
+    avro = codec == "avro"
+    loads = orjson.loads
+    avro_codec = AvroCodec("sample") if avro else None
+    for i, raw in enumerate(values):
+        if raw is None:
+            errors.append(RecordError("empty message (null value)", loc(i), i))
+            continue
+        try:
+            obj = avro_codec.decode(raw) if avro_codec is not None else loads(raw)
+        except (orjson.JSONDecodeError, RecordError, ValueError, EOFError, IndexError) as exc:
+            reason = exc.reason if isinstance(exc, RecordError) else str(exc)
+            errors.append(RecordError(f"cannot decode: {reason}"[:500], loc(i), i))
+            continue
+        # Fast structural checks; the metric values are checked per group in build().
+        if type(obj) is not dict:
+            errors.append(RecordError(f"a sample must be a JSON object, got {type(obj).__name__}", loc(i), i))
+            continue
+        ts, node, job, seq, metrics = (
+            obj.get("ts"),
+            obj.get("node"),
+            obj.get("job", "default"),
+            obj.get("seq", -1),
+            obj.get("metrics"),
+        )
+        tt = type(ts)
+        if (
+            (tt is not float and tt is not int)
+            or type(node) is not str
+            or not node
+            or type(job) is not str
+            or type(seq) is not int
+            or not SEQ_MIN <= seq <= SEQ_MAX
+            or type(metrics) is not dict
+            or len(metrics) > MAX_METRICS
+            or not math.isfinite(ts)  # type: ignore[arg-type]
+        ):
+            try:
+                validate_sample(obj, loc(i))
+            except RecordError as exc:
+                exc.index = i
+                errors.append(exc)
+            continue
+        positions.append(i)
+        builder.add(float(ts), node, job, seq, metrics)  # type: ignore[arg-type]
+    batch, bad = builder.build()
+    if bad:
+        bad_rows = {r for r, _ in bad}
+        for r, reason in bad:
+            errors.append(RecordError(reason, loc(positions[r]), positions[r]))
+        positions = [p for r, p in enumerate(positions) if r not in bad_rows]
+        errors.sort(key=lambda e: e.index)
+    return batch, positions, errors

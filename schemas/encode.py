@@ -1,0 +1,106 @@
+"""Encoding many records at once: a batch's samples, and forecasts, in JSON built column-wise
+(orjson serialises each numpy column in one call, a template joins the pieces, no dict per
+record), and records of any schema in JSON or Avro (:mod:`~perfsift.schemas.codecs`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+import orjson
+from perfsift.operators.batch import Batch
+from perfsift.schemas.batches import batch_to_samples
+from perfsift.schemas.codecs import codec_for
+
+
+def encode_batch(batch: Batch, codec: str = "json", schema: str = "sample") -> list[bytes]:
+    """One encoded record per batch row (see :func:`batch_to_samples`).
+
+    JSON is built column-wise: orjson serialises each numpy column or matrix in one call (NaN and
+    infinities as null), and a per-batch template joins the pieces, so no per-row dict is made.
+
+    >>> from perfsift.schemas import samples_to_batch
+    >>> b = samples_to_batch([{"ts": 1.5, "node": "a", "seq": 3, "metrics": {"x": None, "y": 2.0}}])
+    >>> encode_batch(b)[0]
+    b'{"ts":1.5,"node":"a","job":"default","seq":3,"metrics":{"x":null,"y":2.0}}'
+    """
+    if codec != "json":
+        c = codec_for(codec, schema)
+        return [c.encode(r) for r in batch_to_samples(batch)]
+    k = len(batch)
+    if k == 0:
+        return []
+
+    cells = json_cells
+
+    def esc(b: bytes) -> bytes:  # literal parts of a %-template
+        return b.replace(b"%", b"%%")
+
+    metric_part = b",".join(esc(orjson.dumps(m)) + b":%s" for m in batch.metrics)
+    extras = [(name, col) for name, col in batch.extra.items() if col.ndim == 1]
+    extra_part = b"".join(b"," + esc(orjson.dumps(name)) + b":%s" for name, _ in extras)
+    template = b'{"ts":%s,"node":%s,"job":%s,"seq":%d,"metrics":{' + metric_part + b"}" + extra_part + b"}"
+    ts = cells(batch.ts)
+    node_json = [orjson.dumps(n) for n in batch.nodes]
+    job_json = [orjson.dumps(j) for j in batch.jobs]
+    nodes = [node_json[i] for i in batch.node_idx.tolist()]
+    jobs = [job_json[i] for i in batch.job_idx.tolist()]
+    seq = batch.seq.tolist()
+    # object columns (clean's per-row flag lists) are small and mostly None: one dumps per row
+    extra_cols = [[orjson.dumps(v) for v in col.tolist()] if col.dtype == object else cells(col) for _, col in extras]
+    if batch.values.shape[1]:
+        body = orjson.dumps(np.ascontiguousarray(batch.values, dtype=np.float64), option=orjson.OPT_SERIALIZE_NUMPY)
+        rows = [r.split(b",") for r in body[2:-2].split(b"],[")]
+    else:
+        rows = [[] for _ in range(k)]
+    if extra_cols:
+        return [template % (ts[i], nodes[i], jobs[i], seq[i], *rows[i], *(c[i] for c in extra_cols)) for i in range(k)]
+    return [template % (ts[i], nodes[i], jobs[i], seq[i], *rows[i]) for i in range(k)]
+
+
+def json_cells(arr: np.ndarray) -> list[bytes]:
+    """The JSON text of each value of a 1-D array (NaN and infinities as ``null``), in one orjson
+    call; the same text orjson writes for the Python float."""
+    text = orjson.dumps(np.ascontiguousarray(arr), option=orjson.OPT_SERIALIZE_NUMPY)
+    return text[1:-1].split(b",")
+
+
+def encode_forecasts(out: Batch, methods: Sequence[str]) -> tuple[list[bytes], list[bytes]]:
+    """perf.forecast records in JSON, column-wise, and their keys (node): the bytes that
+    ``orjson.dumps`` gives for ``forecast_records(out)``, without a dict per record.
+
+    ``out`` is a forecaster's batch (values = forecasts, NaN where none; extra ``sigma`` and
+    ``method``, codes into ``methods``)."""
+    rows, cols = np.nonzero(~np.isnan(out.values))
+    if not len(rows):
+        return [], []
+    f = out.values[rows, cols]
+    s = out.extra["sigma"][rows, cols]
+    node_json = [orjson.dumps(n) for n in out.nodes]
+    job_json = [orjson.dumps(j) for j in out.jobs]
+    metric_json = [orjson.dumps(m) for m in out.metrics]
+    method_json = [orjson.dumps(m) for m in methods]
+    node_codes = out.node_idx[rows].tolist()
+    columns = [
+        json_cells(out.ts[rows]),
+        [node_json[i] for i in node_codes],
+        [job_json[i] for i in out.job_idx[rows].tolist()],
+        [metric_json[j] for j in cols.tolist()],
+        json_cells(f),
+        json_cells(s),
+        json_cells(f - 2 * s),
+        json_cells(f + 2 * s),
+        [method_json[m] for m in out.extra["method"][rows, cols].astype(np.int64).tolist()],
+    ]
+    template = b'{"ts":%s,"node":%s,"job":%s,"metric":%s,"forecast":%s,"sigma":%s,"lower":%s,"upper":%s,"method":%s}'
+    node_keys = [n.encode() for n in out.nodes]
+    return [template % r for r in zip(*columns, strict=True)], [node_keys[i] for i in node_codes]
+
+
+def encode_records(records: Iterable[dict[str, Any]], codec: str = "json", schema: str = "sample") -> list[bytes]:
+    """Encode records of any schema (JSON: orjson, NaN as null; Avro: single-object encoding)."""
+    if codec == "json":
+        return [orjson.dumps(r) for r in records]
+    c = codec_for(codec, schema)
+    return [c.encode(r) for r in records]

@@ -1,0 +1,119 @@
+"""State snapshots of a stage on the compacted state topic: write, find, restore.
+
+At each commit a stage writes, per input partition it owns, one record keyed
+``group/topic/partition``: the operators' snapshots with the next input offset they cover and the
+chain's fingerprint. On assignment it reads the latest record of each partition back, restores
+the chain from it and resumes at that offset. The consumer group owns the state, as it owns the
+offsets: another group starts afresh.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import time
+import uuid
+from typing import Any
+
+import orjson
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Producer, TopicPartition
+from perfsift.operators import SnapshotError
+from perfsift.streams.clients import consumer_settings, where
+from perfsift.streams.logs import kafka_logger
+from perfsift.streams.stage import Chain, StageError
+
+log = logging.getLogger("perfsift.runner")
+
+
+class Checkpoints:
+    """The snapshots of one stage's consumer group on ``topic`` (the state topic, with prefix),
+    which has ``partitions`` partitions."""
+
+    def __init__(self, kafka: dict[str, str], group_id: str, topic: str, partitions: int, stage: str) -> None:
+        self.kafka = kafka
+        self.group_id = group_id
+        self.topic = topic
+        self.partitions = partitions
+        self.stage = stage
+
+    def key(self, topic: str, partition: int) -> bytes:
+        return f"{self.group_id}/{topic}/{partition}".encode()
+
+    def partition(self, partition: int) -> int:
+        """The state partition that holds an input partition's snapshots."""
+        return partition % self.partitions
+
+    def record(self, topic: str, partition: int, next_offset: int, chain: Chain, fingerprint: str) -> bytes:
+        snaps = [base64.b64encode(op.snapshot()).decode() for op in chain.operators]
+        return orjson.dumps(
+            {
+                "stage": self.stage,
+                "topic": topic,
+                "partition": partition,
+                "next_offset": next_offset,
+                "fingerprint": fingerprint,
+                "operators": snaps,
+            }
+        )
+
+    def restore(self, chain: Chain, snap: dict[str, Any], fingerprint: str, where_: str) -> int | None:
+        """Load a snapshot record into ``chain``; the offset to resume from, or None (with a log
+        line) when it was made by another configuration or cannot be read (the chain starts fresh)."""
+        if snap["fingerprint"] != fingerprint:
+            log.warning("stage %s: state of %s was made by another configuration; starting fresh", self.stage, where_)
+            return None
+        try:
+            for op, blob in zip(chain.operators, snap["operators"], strict=True):
+                op.restore(base64.b64decode(blob))
+        except (SnapshotError, ValueError) as exc:
+            log.warning("stage %s: cannot restore %s (%s); starting fresh", self.stage, where_, exc)
+            chain.reset()
+            return None
+        return int(snap["next_offset"])
+
+    def load(self, topic: str, partitions: list[int], read_committed: bool) -> dict[int, dict[str, Any]]:
+        """Latest snapshot record per input partition of ``topic``, read from the state topic.
+
+        The end of a state partition is found by writing a marker and reading up to it: the
+        marker's acknowledged offset is exact, whereas the embedded broker's high watermark can be
+        short by the last batch.
+        """
+        wanted = {self.key(topic, p): p for p in partitions}
+        state_parts = sorted({self.partition(p) for p in partitions})
+        marker_producer = Producer({**self.kafka, "logger": kafka_logger()})
+        ends: dict[int, int] = {}
+
+        def on_marker(err: KafkaError | None, msg: Message) -> None:
+            if err is None:
+                _, partition, offset = where(msg)
+                ends[partition] = offset
+
+        for sp in state_parts:
+            marker_producer.produce(
+                self.topic, b"{}", f"marker/{uuid.uuid4().hex}".encode(), partition=sp, on_delivery=on_marker
+            )
+        marker_producer.flush(30)
+        if len(ends) != len(state_parts):
+            raise StageError(f"stage {self.stage}: cannot write to the state topic {self.topic}")
+        isolation = "read_committed" if read_committed else "read_uncommitted"
+        reader = Consumer(consumer_settings(self.kafka, f"{self.group_id}.restore", isolation))
+        found: dict[int, dict[str, Any]] = {}
+        try:
+            reader.assign([TopicPartition(self.topic, sp, OFFSET_BEGINNING) for sp in state_parts])
+            pending = dict(ends)
+            deadline = time.monotonic() + 60
+            while pending and time.monotonic() < deadline:
+                for m in reader.consume(1000, 0.5):
+                    if m.error() is not None:
+                        continue
+                    _, sp, offset = where(m)
+                    p = wanted.get(m.key() or b"")
+                    if p is not None:
+                        found[p] = orjson.loads(m.value() or b"null")
+                    if offset >= pending.get(sp, 1 << 62):
+                        pending.pop(sp, None)
+            if pending:
+                raise StageError(f"stage {self.stage}: timed out reading the state topic {self.topic}")
+        finally:
+            reader.close()
+        return found

@@ -1,0 +1,198 @@
+"""Kafka clients: their settings, the admin calls (topics), group-less readers and the dead-letter
+record format. Everything here is the same for every stage, tool and producer.
+
+Client properties, lowest precedence first: built-in defaults < ``PERFSIFT_KAFKA_<PROPERTY>``
+environment variables (dots written as underscores) < ``-X key=value`` flags.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import time
+import uuid
+from collections.abc import Iterable, Mapping
+from typing import Any, cast
+
+import orjson
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from perfsift.streams.config import PipelineConfig, parse_pairs
+from perfsift.streams.logs import kafka_logger
+from perfsift.streams.topics import topic_configs
+
+
+def kafka_properties(
+    bootstrap: str, extra: Mapping[str, str] | None = None, env: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """librdkafka client properties: bootstrap, then ``PERFSIFT_KAFKA_*`` variables, then ``extra``
+    (``--kafka-prop key=value`` flags). SASL/TLS settings go here (``security.protocol``,
+    ``sasl.mechanism``, ``sasl.username``, ...)."""
+    props = {"bootstrap.servers": bootstrap}
+    for key, val in (env if env is not None else os.environ).items():
+        if key.startswith("PERFSIFT_KAFKA_"):
+            props[key[len("PERFSIFT_KAFKA_") :].lower().replace("_", ".")] = val
+    props.update(extra or {})
+    return props
+
+
+def parse_props(items: list[str] | None) -> dict[str, str]:
+    """``-X a.b=1`` flags -> librdkafka properties ``{"a.b": "1"}``."""
+    return parse_pairs(items, "--kafka-prop", form="key=value")
+
+
+def consumer_settings(props: dict[str, str], group: str, isolation: str = "read_uncommitted") -> dict[str, Any]:
+    return {
+        **props,
+        "group.id": group,
+        "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",
+        # fast group joins (the defaults take ~23 s on the embedded broker); classic protocol
+        "session.timeout.ms": 6000,
+        "heartbeat.interval.ms": 500,
+        "isolation.level": isolation,
+        "fetch.max.bytes": 52428800,
+        "max.partition.fetch.bytes": 10485760,
+        "logger": kafka_logger(),
+    }
+
+
+def producer_settings(props: dict[str, str], transactional_id: str | None = None) -> dict[str, Any]:
+    s: dict[str, Any] = {
+        **props,
+        "linger.ms": 5,
+        "batch.size": 1000000,
+        "queue.buffering.max.messages": 2000000,
+        "message.max.bytes": 16777216,
+        # same key -> same partition as Java clients, so outputs co-partition with other producers
+        "partitioner": "murmur2_random",
+        "enable.idempotence": True,
+        "delivery.report.only.error": True,
+        "logger": kafka_logger(),
+    }
+    if transactional_id:
+        s["transactional.id"] = transactional_id
+        # a zombie's open transaction blocks read_committed readers until it times out: keep it short
+        s["transaction.timeout.ms"] = 10000
+    return s
+
+
+def where(m: Message) -> tuple[str, int, int]:
+    """(topic, partition, offset) of a fetched message (never None for a message without error)."""
+    return cast(str, m.topic()), cast(int, m.partition()), cast(int, m.offset())
+
+
+def dead_letter_record(
+    stage: str, msg_topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None, reason: str
+) -> bytes:
+    """A dead-letter record (schemas/deadletter.avsc); key and value are base64 in JSON."""
+    return orjson.dumps(
+        {
+            "stage": stage,
+            "topic": msg_topic,
+            "partition": partition,
+            "offset": offset,
+            "key": base64.b64encode(key).decode() if key is not None else None,
+            "value": base64.b64encode(value).decode() if value is not None else None,
+            "reason": reason,
+            "ts": time.time(),
+        }
+    )
+
+
+# -- topics ----------------------------------------------------------------------------------------
+def broker_topics(props: dict[str, str], timeout: float = 10.0) -> set[str]:
+    """The names of the topics on the cluster at ``props``' bootstrap (internal ``__*`` ones left
+    out); KafkaException when no broker answers within ``timeout`` seconds."""
+    admin = AdminClient({**props, "logger": kafka_logger()})
+    return {t for t in admin.list_topics(timeout=timeout).topics if not t.startswith("__")}
+
+
+def require_topic(props: dict[str, str], topic: str, timeout: float = 10.0) -> None:
+    """Check at once that a broker answers and has ``topic``, so a command that publishes or reads
+    does not wait out librdkafka's retries (KafkaException, or ValueError naming what is there)."""
+    names = broker_topics(props, timeout)
+    if topic not in names:
+        there = ", ".join(sorted(names)[:20]) + (", ..." if len(names) > 20 else "") if names else "none"
+        raise ValueError(f"no topic {topic!r} on {props.get('bootstrap.servers')} (topics there: {there})")
+
+
+def ensure_topics(
+    admin: AdminClient,
+    names: Iterable[str],
+    partitions: int,
+    replication: int = 1,
+    retention_ms: int = 7 * 24 * 3600 * 1000,
+    compacted: Iterable[str] = (),
+    timeout: float = 15.0,
+) -> list[str]:
+    """Create the topics that do not exist yet; return the names created."""
+    existing = set(admin.list_topics(timeout=timeout).topics)
+    compact = set(compacted)
+    new = [
+        NewTopic(
+            n,
+            num_partitions=partitions,
+            replication_factor=replication,
+            config=topic_configs(n in compact, retention_ms),
+        )
+        for n in dict.fromkeys(names)
+        if n not in existing
+    ]
+    if not new:
+        return []
+    created = []
+    for name, fut in admin.create_topics(new, operation_timeout=timeout, request_timeout=timeout).items():
+        try:
+            fut.result()
+            created.append(name)
+        except KafkaException as exc:
+            if "TOPIC_ALREADY_EXISTS" not in str(exc):  # a concurrent creator won the race
+                raise
+    return created
+
+
+def create_pipeline_topics(cfg: PipelineConfig, props: dict[str, str]) -> list[str]:
+    """Create every topic of the pipeline that does not exist yet; return the names created."""
+    names, compacted = cfg.topics()
+    admin = AdminClient({**props, "logger": kafka_logger()})
+    return ensure_topics(admin, names, cfg.partitions, cfg.replication, cfg.retention_ms, compacted)
+
+
+# -- group-less readers ----------------------------------------------------------------------------
+def assign_from_start(consumer: Consumer, topic: str) -> list[int]:
+    """Assign every partition of ``topic`` from its first offset, without a consumer group (so no
+    group join: readers that need everything so far stop at partition EOF). Returns the partitions;
+    [] when the topic does not exist or cannot be listed."""
+    try:
+        meta = consumer.list_topics(topic, timeout=10)
+    except KafkaException:
+        return []
+    parts = list(meta.topics[topic].partitions) if topic in meta.topics else []
+    if parts:
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts])
+    return parts
+
+
+def read_topic_to_end(props: dict[str, str], topic: str, timeout: float = 60.0) -> list[bytes]:
+    """Every record value of a topic, read without a consumer group (all partitions assigned from
+    the beginning until each reports its end), so it takes no group join."""
+    c = Consumer(consumer_settings(props, f"perfsift-reader-{uuid.uuid4().hex[:8]}") | {"enable.partition.eof": True})
+    try:
+        parts = assign_from_start(c, topic)
+        done: set[int] = set()
+        values: list[bytes] = []
+        deadline = time.monotonic() + timeout
+        while len(done) < len(parts) and time.monotonic() < deadline:
+            for m in c.consume(5000, 0.2):
+                err = m.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        done.add(m.partition())  # type: ignore[arg-type]
+                    continue
+                v = m.value()
+                if v is not None:
+                    values.append(v)
+        return values
+    finally:
+        c.close()

@@ -1,0 +1,174 @@
+"""``perfsift run`` on one machine, without the command line: every stage of the pipeline started
+(as child processes or as threads of this one), a trace replayed into perf.raw, how many records
+each stage has to see before the run is done, and the run's report folder (the outputs read back
+from their topics, a summary and the HTML report).
+
+The command (:mod:`perfsift.streams.cli.pipeline`) adds the live view and the summary on the
+terminal; the benchmarks start the stages with :func:`start_stages`, as the command does.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+from perfsift.producers import number_samples
+from perfsift.producers.traces import iter_samples
+from perfsift.schemas import RecordError
+from perfsift.streams.analyze import FILES
+from perfsift.streams.clients import read_topic_to_end
+from perfsift.streams.config import PipelineConfig
+from perfsift.streams.procs import StageProcess
+from perfsift.streams.publish import publish_samples
+from perfsift.streams.replay import replay
+from perfsift.streams.report import build_report
+from perfsift.streams.runner import StageRunner, run_in_thread, wait_assigned
+from perfsift.streams.stage import merge_summaries
+from rich.console import Console
+
+#: where ``perfsift run`` on the embedded broker writes its report unless told otherwise
+DEFAULT_REPORT = Path("perfsift-report")
+
+
+def start_stages(
+    cfg: PipelineConfig, props: dict[str, str], embedded: bool, processes: bool, failures: list[BaseException]
+) -> tuple[list[Any], Callable[[], None]]:
+    """Every stage of the pipeline started, as child processes (:class:`StageProcess`) or as threads
+    of this process; returns them and a function that waits for them after ``stop()``."""
+    if processes:
+        procs = [StageProcess(st, cfg, props, embedded) for st in cfg.stages.values()]
+
+        def join_procs() -> None:
+            for p in procs:
+                p.join(60)
+
+        return procs, join_procs
+    runners = [StageRunner(st, cfg, props, embedded=embedded) for st in cfg.stages.values()]
+    threads = [run_in_thread(r, on_error=failures.append) for r in runners]
+
+    def join_threads() -> None:
+        for th in threads:
+            th.join(30)
+
+    return runners, join_threads
+
+
+def failed(runner: Any) -> str | None:
+    """What stopped a stage process (a thread's exception goes to the failures list instead)."""
+    return getattr(runner, "error", None)
+
+
+def expected_inputs(cfg: PipelineConfig, runners: list[StageRunner], published: int) -> Callable[[Any], int]:
+    """How many records each stage should see: the replayed count for stages reading perf.raw,
+    and the upstream stage's outputs for the others."""
+    producers = {o: r for r in runners for o in r.stage.written}
+
+    def expected(r: StageRunner) -> int:
+        if r.stage.input == "perf.raw":
+            return published
+        up = producers.get(r.stage.input)
+        return up.stats.by_topic.get(r.stage.input, 0) if up is not None else 0
+
+    return expected
+
+
+class LocalRun:
+    """Every stage of ``cfg`` running on this machine (:func:`start_stages`), and the records
+    published to them.
+
+    ``failures`` collects what stopped a stage; :meth:`publish` starts the clock and sets
+    ``published`` and ``errors`` (the trace's rejected records).
+    """
+
+    def __init__(self, cfg: PipelineConfig, props: dict[str, str], embedded: bool, processes: bool) -> None:
+        self.cfg = cfg
+        self.props = props
+        self.failures: list[BaseException] = []
+        self.runners, self._join = start_stages(cfg, props, embedded, processes, self.failures)
+        self.published = 0
+        self.errors: list[RecordError] = []
+        self.started = time.monotonic()
+        self._expected = expected_inputs(cfg, self.runners, 0)
+
+    def wait_assigned(self) -> None:
+        """Until every stage owns its partitions, or one failed. Publish only then: otherwise the
+        first stages would meet a backlog and later ones see nodes in bursts, partition by partition."""
+        wait_assigned(self.runners, abort=lambda: bool(self.failures) or any(failed(r) for r in self.runners))
+
+    def publish(self, trace: Path | None, speed: float | None, stop: threading.Event, console: Console) -> None:
+        """Start the clock and replay ``trace`` into perf.raw: paced at ``speed`` trace seconds per
+        second, or as fast as possible; with no trace nothing is published (live input)."""
+        self.started = time.monotonic()
+        raw = self.cfg.topic("perf.raw")
+        if trace is not None and speed:  # paced: event time advances evenly over the nodes, as from live producers
+            rstats = replay(self.props, raw, trace, speed=speed, console=console, stop=stop)
+            self.published, self.errors = rstats.published, rstats.errors
+        elif trace is not None:
+            samples = number_samples(iter_samples(trace, on_error=self.errors.append))
+            self.published = publish_samples(self.props, raw, samples, console=console, label=f"replaying {trace.name}")
+        self._expected = expected_inputs(self.cfg, self.runners, self.published)
+
+    def elapsed(self) -> float:
+        """Seconds since the first record was published."""
+        return time.monotonic() - self.started
+
+    def expected(self, runner: Any) -> int:
+        """How many records ``runner``'s stage should see (:func:`expected_inputs`)."""
+        return self._expected(runner)
+
+    def caught_up(self) -> bool:
+        """Every stage has seen every record meant for it."""
+        return all(r.stats.records_in >= self._expected(r) for r in self.runners)
+
+    def collect_failures(self) -> list[BaseException]:
+        """The failures so far, with the errors the stage processes reported since the last call."""
+        self.failures += [RuntimeError(e) for r in self.runners if (e := failed(r))]
+        return self.failures
+
+    def jobs(self) -> dict[str, dict[str, Any]]:
+        """Per job, what the stages say about it (kept metrics, contract states, ...)."""
+        return merge_summaries(r.job_summaries() for r in self.runners)
+
+    def stop(self) -> None:
+        """Stop every stage (they drain and commit) and wait for them."""
+        for r in self.runners:
+            r.stop()
+        self._join()
+
+    def summary(self, elapsed: float, jobs: dict[str, dict[str, Any]]) -> dict[str, Any]:
+        """The run as ``--summary-json`` writes it."""
+        return {
+            "published": self.published,
+            "rejected_lines": len(self.errors),
+            "elapsed_s": round(elapsed, 3),
+            "guarantee": self.runners[0].guarantee if self.runners else None,
+            "stages": [r.stats.as_dict() for r in self.runners],
+            "jobs": jobs,
+        }
+
+    def write_outputs(self, folder: Path) -> None:
+        """The run's outputs read back from their topics into ``folder`` (the layout of
+        ``perfsift analyze``)."""
+        folder.mkdir(parents=True, exist_ok=True)
+        produced = {o for r in self.runners for o in r.stage.written}
+        for topic, name in FILES.items():
+            if topic not in produced:
+                continue
+            values = read_topic_to_end(self.props, self.cfg.topic(topic))
+            seen = dict.fromkeys(values)  # at-least-once duplicates are identical: keep one of each
+            (folder / name).write_bytes(b"".join(v + b"\n" for v in seen))
+
+    def write_report(self, folder: Path) -> Path:
+        """The stages' counts and the reduction ratio in ``folder/summary.json``, and the HTML report
+        on the outputs there; returns the page's path."""
+        stages = {r.stage.name: r.stats.as_dict() for r in self.runners}
+        summary: dict[str, Any] = {"stages": stages}
+        smoothed = sum(s["bytes_in"] for n, s in stages.items() if self.cfg.stage(n).input == "perf.smoothed.byjob")
+        reduced = sum(s["bytes_out"] for n, s in stages.items() if "perf.reduced" in self.cfg.stage(n).outputs)
+        summary["reduction_ratio"] = reduced / smoothed if smoothed else None
+        (folder / "summary.json").write_bytes(orjson.dumps(summary, option=orjson.OPT_INDENT_2))
+        return build_report(folder)

@@ -1,0 +1,199 @@
+"""The figures perfsift draws, as PNG files: metric traces, the data reduction over time, R² and
+reduction degree, the projection pursuit selection map, contract violation levels, the threshold
+sweep of statistical data reduction, and predictions against their ±2σ bands.
+
+``perfsift report`` puts the first five on its page; the offline commands draw them with ``--plot``.
+matplotlib is imported on the first figure (it takes a while), with the Agg backend (no display).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_traces(reduced: list[dict[str, Any]], path: Path, max_metrics: int = 6) -> None:
+    """Metric values per node over time (from the reduced stream: full samples and kept metrics)."""
+    plt = _pyplot()
+    counts: dict[str, int] = {}
+    for r in reduced:
+        for m in r["metrics"]:
+            counts[m] = counts.get(m, 0) + 1
+    metrics = sorted(counts, key=lambda m: -counts[m])[:max_metrics]
+    t0 = min(r["ts"] for r in reduced)
+    fig, axes = plt.subplots(len(metrics), 1, figsize=(10, 1.8 * len(metrics) + 0.6), sharex=True, squeeze=False)
+    nodes = sorted({r["node"] for r in reduced})
+    for ax, m in zip(axes[:, 0], metrics, strict=True):
+        for node in nodes[:16]:
+            pts = [
+                (r["ts"] - t0, r["metrics"][m])
+                for r in reduced
+                if r["node"] == node and r["metrics"].get(m) is not None
+            ]
+            if pts:
+                xs, ys = zip(*pts, strict=True)
+                ax.plot(xs, ys, lw=0.7)
+        ax.set_ylabel(m, fontsize=8)
+        ax.grid(alpha=0.3)
+    axes[-1, 0].set_xlabel(f"time (s); {min(len(nodes), 16)} of {len(nodes)} nodes")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def plot_reduction(reduced: list[dict[str, Any]], path: Path) -> None:
+    """Cumulative metric values sent on perf.reduced against sending every metric (cf. Figure 18)."""
+    plt = _pyplot()
+    rows = sorted(reduced, key=lambda r: r["ts"])
+    width = max((len(r["metrics"]) for r in rows if r.get("full")), default=max(len(r["metrics"]) for r in rows))
+    t0 = rows[0]["ts"]
+    t = np.array([r["ts"] - t0 for r in rows])
+    sent = np.cumsum([len(r["metrics"]) for r in rows])
+    full = np.arange(1, len(rows) + 1) * width
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    ax.plot(t, full / 1e3, label="every metric")
+    ax.plot(t, sent / 1e3, label="reduced stream")
+    ax.set_xlabel("time (s)")
+    ax.set_ylabel("metric values sent (thousands)")
+    ax.set_title(f"{sent[-1] / full[-1]:.0%} of the metric values sent")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def plot_r2(selections: list[dict[str, Any]], path: Path) -> None:
+    """R² and reduction degree of the data-reduction selections over time."""
+    plt = _pyplot()
+    recs = [s for s in selections if s["kind"] == "reduction" and s.get("r2") is not None]
+    t0 = recs[0]["period_end"]
+    fig, ax = plt.subplots(figsize=(7, 3.2))
+    ax.plot([r["period_end"] - t0 for r in recs], [r["r2"] for r in recs], marker="o", label="R²")
+    ax.plot(
+        [r["period_end"] - t0 for r in recs],
+        [r["reduction_degree"] for r in recs],
+        marker="s",
+        label="reduction degree",
+    )
+    ax.set_ylim(0, 1.05)
+    ax.set_xlabel("time (s)")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def plot_selection(records: list[dict[str, Any]], path: Path, job: str | None = None) -> None:
+    """Metrics (rows) × periods (columns), a mark where the metric was selected, darker for a higher
+    rank; skipped periods hatched (cf. Vetter & Reed, SC'99, Figure 8)."""
+    plt = _pyplot()
+    recs = [r for r in records if job is None or r["job"] == job]
+    if not recs:
+        raise ValueError("no selection record to plot")
+    metrics = sorted({m for r in recs for m in r["scores"]} | {m for r in recs for m in r["selected"]})
+    row = {m: i for i, m in enumerate(metrics)}
+    t0 = recs[0]["period_start"]
+    fig, ax = plt.subplots(figsize=(max(6, 0.25 * len(recs) + 3), 0.32 * len(metrics) + 1.5))
+    shades = ["#08306b", "#2171b5", "#6baed6", "#c6dbef"]
+    for r in recs:
+        x0, width = r["period_start"] - t0, r["period_end"] - r["period_start"]
+        if r["skipped"] is not None:
+            ax.axvspan(x0, x0 + width, color="0.9", hatch="//", lw=0)
+            continue
+        for rank, m in enumerate(r["selected"]):
+            ax.add_patch(plt.Rectangle((x0, row[m] - 0.4), width, 0.8, color=shades[min(rank, 3)]))
+    ax.set_yticks(range(len(metrics)), metrics)
+    ax.set_ylim(-0.6, len(metrics) - 0.4)
+    ax.set_xlim(0, recs[-1]["period_end"] - t0)
+    ax.invert_yaxis()
+    ax.set_xlabel("time (s)")
+    ax.set_title(f"metrics selected by projection pursuit — {recs[0]['job']}")
+    handles = [plt.Rectangle((0, 0), 1, 1, color=shades[i]) for i in range(3)]
+    ax.legend(handles, ["1st", "2nd", "3rd"], ncol=3, fontsize=8, loc="upper right", bbox_to_anchor=(1, 1.12))
+    ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_violations(records: list[dict[str, Any]], path: Path) -> None:
+    """Violation levels over time, one panel per metric space, one line per node (cf. Figure 5d)."""
+    plt = _pyplot()
+    spaces = sorted({s for r in records for s in r["spaces"]})
+    nodes = sorted({r["node"] for r in records})
+    t0 = min(r["ts"] for r in records)
+    fig, axes = plt.subplots(len(spaces), 1, figsize=(10, 2.6 * len(spaces)), sharex=True, squeeze=False)
+    for ax, space in zip(axes[:, 0], spaces, strict=True):
+        for node in nodes:
+            rs = [r for r in records if r["node"] == node]
+            lv = [np.nan if r["spaces"][space]["violation"] is None else r["spaces"][space]["violation"] for r in rs]
+            ax.plot([r["ts"] - t0 for r in rs], lv, lw=1, label=node)
+        ax.set_ylabel(f"{space}\nviolation")
+        ax.set_ylim(-0.05, 1.05)
+        ax.grid(alpha=0.3)
+    axes[-1, 0].set_xlabel("time (s)")
+    axes[0, 0].legend(ncol=min(len(nodes), 8), fontsize=7, loc="upper left", bbox_to_anchor=(0, 1.35))
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_sweep(rows: list[dict[str, Any]], path: Path) -> None:
+    """R² and reduction degree against the correlation threshold (the paper's Figures 2 and 4)."""
+    plt = _pyplot()
+    t = [r["threshold"] for r in rows]
+    fig, ax = plt.subplots(figsize=(7, 3.8))
+    ax.plot(t, [r["r2_train"] for r in rows], "o-", label="R² (train)")
+    if rows[0]["r2_verify"] is not None:
+        ax.plot(t, [r["r2_verify"] for r in rows], "s-", label="R² (verify, mean)")
+    ax.plot(t, [r["reduction_degree"] for r in rows], "^-", label="reduction degree")
+    ax.set_xlabel("correlation threshold t")
+    ax.set_ylim(-0.05, 1.05)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_predictions(records: list[dict[str, Any]], path: Path) -> None:
+    """One panel per output (job-wide outputs, or the node with the most violated rows): observed
+    values over the predicted mean ± 2σ band, violated rows marked."""
+    plt = _pyplot()
+    outputs = sorted({r["output"] for r in records})
+    fig, axes = plt.subplots(len(outputs), 1, figsize=(10, 2.8 * len(outputs)), sharex=True, squeeze=False)
+    t0 = min(r["ts"] for r in records)
+    for ax, output in zip(axes[:, 0], outputs, strict=True):
+        rs = [r for r in records if r["output"] == output]
+        node = max(
+            sorted({r["node"] for r in rs}), key=lambda n: sum(r["node"] == n and r["state"] == "violated" for r in rs)
+        )
+        rs = [r for r in rs if r["node"] == node]
+        t = np.array([r["ts"] - t0 for r in rs])
+        ax.fill_between(t, [r["lower"] for r in rs], [r["upper"] for r in rs], alpha=0.3, label="mean ± 2σ")
+        ax.plot(t, [r["mean"] for r in rs], lw=1, label="predicted mean")
+        obs = [np.nan if r["observed"] is None else r["observed"] for r in rs]
+        ax.plot(t, obs, ".", ms=3, color="k", label="observed")
+        bad = [i for i, r in enumerate(rs) if r["state"] == "violated"]
+        if bad:
+            ax.plot(t[bad], np.array(obs)[bad], "x", color="red", ms=5, label="violated")
+        ax.set_ylabel(f"{output}\n({'job' if node == '*' else node})")
+        ax.grid(alpha=0.3)
+    axes[0, 0].legend(ncol=4, fontsize=8, loc="upper left")
+    axes[-1, 0].set_xlabel("time (s)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

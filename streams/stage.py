@@ -1,0 +1,221 @@
+"""The broker-free core of a stage: its operator chain, and the encoded records it publishes.
+
+A :class:`Chain` is one stage's operators for one input partition (the Kafka runner keeps one per
+partition it owns; ``perfsift analyze`` one per stage). ``process(batch)`` runs the operators and
+returns what the stage publishes, encoded, per topic (logical names): what the last operator
+returned, as its role says (``operators/base.py``), plus the intermediate batches that operators
+with ``publish`` tap off. The runner and the offline analysis share this code, so a streaming run
+and an analysis write the same bytes.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from perfsift.operators import Batch, Decider, Operator, Output, Router
+from perfsift.operators.forecast import PRIMARIES
+from perfsift.schemas import encode_batch, encode_records
+from perfsift.schemas.encode import encode_forecasts
+from perfsift.streams.config import StageConfig
+from perfsift.streams.topics import key_of
+
+#: per topic (logical name): encoded records and their message keys
+Encoded = dict[str, tuple[list[bytes], list[bytes]]]
+#: sample batches, each for some topics (a stage's outputs, or taps)
+Taps = list[tuple[tuple[str, ...], Batch]]
+
+#: column-wise JSON for a kind of decision a decider returns as a batch: the bytes that encoding
+#: its ``records()`` gives, without a dict per record
+COLUMNAR_JSON: dict[str, Callable[[Batch], tuple[list[bytes], list[bytes]]]] = {
+    "forecast": lambda out: encode_forecasts(out, PRIMARIES),
+}
+
+
+class StageError(RuntimeError):
+    """A failure the stage cannot continue after (e.g. outputs not acknowledged); nothing is committed."""
+
+
+@dataclass
+class StageStats:
+    """Counters of one stage (one runner instance, or one stage of an analysis); read by the live
+    view, the summaries and ``/metrics``."""
+
+    stage: str
+    records_in: int = 0
+    records_out: int = 0
+    dead_letters: int = 0
+    batches: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+    commits: int = 0
+    restored_partitions: int = 0
+    lag: dict[int, int] = field(default_factory=dict)
+    busy_s: float = 0.0
+    started: float = field(default_factory=time.monotonic)
+    last_batch_ms: float = 0.0
+    #: monotonic time of the first fetched batch (None before), for throughput figures
+    first_batch_at: float | None = None
+    #: records produced per output topic (logical name), taps included
+    by_topic: dict[str, int] = field(default_factory=dict)
+    #: seconds spent in each operator (by class name), where the caller times them
+    by_operator: dict[str, float] = field(default_factory=dict)
+
+    def count_out(self, encoded: Encoded) -> None:
+        """Bytes and records per topic of what the stage published."""
+        for name, (values, _) in encoded.items():
+            self.bytes_out += sum(map(len, values))
+            self.by_topic[name] = self.by_topic.get(name, 0) + len(values)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "stage": self.stage,
+            "records_in": self.records_in,
+            "records_out": self.records_out,
+            "dead_letters": self.dead_letters,
+            "batches": self.batches,
+            "bytes_in": self.bytes_in,
+            "bytes_out": self.bytes_out,
+            "commits": self.commits,
+            "restored_partitions": self.restored_partitions,
+            "lag": sum(self.lag.values()),
+            "busy_s": round(self.busy_s, 3),
+            "by_topic": dict(self.by_topic),
+        }
+
+
+@dataclass
+class Emitted:
+    """What one call of a chain publishes."""
+
+    #: outputs and taps, encoded, per topic (logical name)
+    topics: Encoded
+    #: records of the stage's outputs (taps not counted; a decider's records count once however
+    #: many topics get them)
+    records: int
+    #: the last operator's output as it returned it (None when the chain produced nothing)
+    output: Output | None = None
+
+
+class Chain:
+    """One stage's operators, fresh, for one stream of samples (see the module docstring)."""
+
+    def __init__(self, stage: StageConfig, encoding: str) -> None:
+        self.stage = stage
+        self.encoding = encoding
+        self.operators = stage.build_chain()
+
+    def fingerprint(self) -> str:
+        """The operators' fingerprints: the key the chain's state is valid for."""
+        return "|".join(op.fingerprint() for op in self.operators)
+
+    def reset(self) -> None:
+        for op in self.operators:
+            op.reset()
+
+    def summary(self) -> dict[str, dict[str, Any]]:
+        return merge_summaries(op.summary() for op in self.operators)
+
+    def process(self, batch: Batch, after: Callable[[Operator, Any, float], None] | None = None) -> Emitted:
+        """Run the operators on a batch of samples; ``after(op, output, seconds)`` sees each
+        operator's output and time."""
+        out: Any = batch
+        taps: Taps = []
+        for op, spec in zip(self.operators, self.stage.operators, strict=True):
+            if after is None:
+                out = op.update(out)
+            else:
+                t = time.perf_counter()
+                out = op.update(out)
+                after(op, out, time.perf_counter() - t)
+            if spec.publish:  # only transformers publish (the pipeline file is checked for it)
+                taps.append((spec.publish, out))
+        emitted = self._encode(out)
+        for topic, (values, keys) in encode_samples(taps, self.encoding).items():
+            have = emitted.topics.setdefault(topic, ([], []))
+            have[0].extend(values)
+            have[1].extend(keys)
+        return emitted
+
+    def flush(self) -> Emitted:
+        """At the end of a finite input: what the last operator still holds (an open period)."""
+        held = self.operators[-1].flush() if self.operators else None
+        return self._encode(held) if held is not None else Emitted({}, 0)
+
+    def _encode(self, out: Output) -> Emitted:
+        last = self.operators[-1] if self.operators else None
+        if isinstance(last, Router):
+            return Emitted(*self._encode_routed(last, out), out)  # type: ignore[arg-type]
+        if isinstance(last, Decider):
+            values, keys = encode_decisions(last, out, self.encoding)  # type: ignore[arg-type]
+            return Emitted({t: (values, keys) for t in self.stage.outputs}, len(values), out)
+        if not isinstance(out, Batch):  # a transformer that broke its contract
+            raise StageError(f"stage {self.stage.name}: {type(last).__name__} must return a batch of samples")
+        return Emitted(encode_samples([(self.stage.outputs, out)], self.encoding), len(out), out)
+
+    def _encode_routed(self, router: Router, out: dict[str, list[Any]]) -> tuple[Encoded, int]:
+        result: Encoded = {}
+        count = 0
+        for kind, topics in self.stage.routes.items():
+            parts = out.get(kind, [])
+            if router.outputs[kind]:  # batches of samples of this kind
+                values = [v for b in parts for v in encode_batch(b, self.encoding, kind)]
+                count += len(values)
+                for t in topics:
+                    result[t] = (values, [k for b in parts for k in batch_keys(b, key_of(t, kind))])
+            else:
+                values = encode_records(parts, self.encoding, kind)
+                count += len(values)
+                for t in topics:
+                    field_ = key_of(t, kind)
+                    result[t] = (values, [str(r[field_]).encode() for r in parts])
+        return result, count
+
+
+def encode_decisions(op: Decider, out: Batch | list[dict[str, Any]], encoding: str) -> tuple[list[bytes], list[bytes]]:
+    """A decider's output as (encoded records, message keys), keyed by its kind's key field."""
+    columnar = COLUMNAR_JSON.get(op.output) if encoding == "json" and isinstance(out, Batch) else None
+    if columnar is not None:
+        return columnar(out)  # type: ignore[arg-type]
+    records = op.records(out)
+    field_ = key_of("", op.output)
+    return encode_records(records, encoding, op.output), [str(r[field_]).encode() for r in records]
+
+
+def batch_keys(batch: Batch, key: str) -> list[bytes]:
+    """Message key of every row: its job (``key == "job"``) or its node."""
+    names, idx = (batch.jobs, batch.job_idx) if key == "job" else (batch.nodes, batch.node_idx)
+    encoded = [n.encode() for n in names]
+    return [encoded[i] for i in idx.tolist()]
+
+
+def encode_samples(taps: Taps, encoding: str) -> Encoded:
+    """Sample batches, each for some topics, as (encoded samples, message keys) per topic: each
+    batch is encoded once and keyed per topic by the topic's key (node, or job for
+    ``perf.smoothed.byjob``)."""
+    result: Encoded = {}
+    for topics, batch in taps:
+        encoded = encode_batch(batch, encoding)
+        for t in topics:
+            enc, keys = result.setdefault(t, ([], []))
+            enc += encoded
+            keys += batch_keys(batch, key_of(t))
+    return result
+
+
+def merge_summaries(summaries: Iterable[dict[str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """Per-job summaries of several operators (or partitions, or stages) as one: the fields of a
+    job are joined; a field that is a mapping in both (e.g. ``contract_nodes`` of a job whose nodes
+    are spread over partitions) is the union of the two."""
+    out: dict[str, dict[str, Any]] = {}
+    for summary in summaries:
+        for job, fields in summary.items():
+            mine = out.setdefault(job, {})
+            for key, value in fields.items():
+                if isinstance(value, dict) and isinstance(mine.get(key), dict):
+                    mine[key] = {**mine[key], **value}
+                else:
+                    mine[key] = value
+    return out
