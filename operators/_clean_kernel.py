@@ -14,7 +14,8 @@ import numpy as np
 from numba import njit
 from perfsift.operators import _numba  # noqa: F401  (sets the kernel cache directory)
 
-NONE, HAMPEL, WINDOW, EWMA = 0, 1, 2, 3
+NONE, HAMPEL, WINDOW, EWMA, PREDICT = 0, 1, 2, 3, 4
+NORMAL_MAD = 1.2533141373155  # sigma / mean absolute deviation of a normal distribution
 A_FLAG, A_CLIP, A_REPLACE, A_DROP, A_TRIM_LOG, A_TRIM_SQRT = 0, 1, 2, 3, 4, 5
 R_NONE, R_STAT, R_KB, R_NEGATIVE = 0, 1, 2, 3
 EPS_REL = 1e-9
@@ -36,6 +37,27 @@ def _median_sorted(buf: np.ndarray, n: int) -> float:
     return 0.5 * (buf[(n - 1) // 2] + buf[n // 2])
 
 
+@njit(cache=True, inline="always")
+def _predict_next(hist: np.ndarray, k: int, j: int, n: int, pos: int, cap: int) -> float:
+    """One-step prediction of a least-squares line through the n newest accepted values (the ring
+    ``hist[k, j]``, next write at ``pos``); the last value when n < 3."""
+    first = (pos - n) % cap
+    if n < 3:
+        return hist[k, j, (pos - 1) % cap]
+    mean_i = 0.5 * (n - 1)
+    mean_y = 0.0
+    for q in range(n):
+        mean_y += hist[k, j, (first + q) % cap]
+    mean_y /= n
+    sxy = 0.0
+    sxx = 0.0
+    for q in range(n):
+        d = q - mean_i
+        sxy += d * (hist[k, j, (first + q) % cap] - mean_y)
+        sxx += d * d
+    return mean_y + (sxy / sxx) * (n - mean_i)
+
+
 @njit(cache=True)
 def filter_values(  # type: ignore[no-untyped-def]
     vals,
@@ -49,6 +71,8 @@ def filter_values(  # type: ignore[no-untyped-def]
     ev,
     run_n,
     runbuf,
+    scale,
+    nres,
     kbmax,
     nonneg,
     out,
@@ -116,6 +140,14 @@ def filter_values(  # type: ignore[no-untyped-def]
                     if x - mu > nsig * sigma or (two_sided and mu - x > nsig * sigma):
                         flagged = True
                         threshold = mu + nsig * sigma if x > mu else mu - nsig * sigma
+            elif mode == PREDICT and n > 0:
+                center = _predict_next(hist, k, j, n, hpos[k, j], cap)
+                estimate = center
+                if accepted[k, j] >= n_min and nres[k, j] > 0:
+                    sigma = max(NORMAL_MAD * scale[k, j], EPS_REL * abs(center), 1e-12)
+                    if abs(x - center) > nsig * sigma and (two_sided or x > center):
+                        flagged = True
+                        threshold = center + nsig * sigma if x > center else center - nsig * sigma
             elif mode == EWMA and accepted[k, j] >= n_min:
                 m = em[k, j]
                 center = m
@@ -131,22 +163,23 @@ def filter_values(  # type: ignore[no-untyped-def]
             if not flagged and r == R_NONE and nonneg[j] and x < 0.0:
                 r = R_NEGATIVE
                 threshold = 0.0
-            # window mode: a long run of flags is a new level, not outliers (accept_after)
-            if r == R_STAT and mode == WINDOW:
+            # window and predict modes: a long run of flags is a new level, not outliers (accept_after)
+            if r == R_STAT and mode in (WINDOW, PREDICT):
                 c = run_n[k, j]
                 runbuf[k, j, c] = x
                 run_n[k, j] = c + 1
                 if c + 1 >= accept_after:
-                    for q in range(c + 1):
-                        hist[k, j, q] = runbuf[k, j, q]
-                    hn[k, j] = c + 1
-                    hpos[k, j] = (c + 1) % cap
+                    m0 = max(c + 1 - cap, 0)  # the newest values of the run that fit the ring
+                    for q in range(m0, c + 1):
+                        hist[k, j, q - m0] = runbuf[k, j, q]
+                    hn[k, j] = c + 1 - m0
+                    hpos[k, j] = (c + 1 - m0) % cap
                     run_n[k, j] = 0
                     r = R_NONE
                     accepted[k, j] += 1
                     out[i, jb] = x
                     continue
-            elif mode == WINDOW:
+            elif mode in (WINDOW, PREDICT):
                 run_n[k, j] = 0
             y = x
             if r != R_NONE:
@@ -170,8 +203,19 @@ def filter_values(  # type: ignore[no-untyped-def]
                     else:
                         y = threshold
             out[i, jb] = y
-            # update the state (Hampel: original inputs; window: accepted values only; EWMA: the output)
-            if mode == HAMPEL or (mode == WINDOW and r == R_NONE):
+            # update the state (Hampel: original inputs; window, predict: accepted values only; EWMA:
+            # the output). Predict: the residual, winsorised at the threshold, enters the scale (its
+            # mean absolute value, averaged plainly over the first 1/alpha residuals, then
+            # exponentially with weight alpha), so a noisier regime widens the threshold while a
+            # single spike moves it little; the flagged value itself never enters the fit.
+            if mode == PREDICT and r != R_KB and r != R_NEGATIVE and n > 0:
+                c = nres[k, j] + 1
+                nres[k, j] = c
+                res = abs(x - center)
+                if sigma == sigma:
+                    res = min(res, nsig * sigma)  # winsorised at the threshold
+                scale[k, j] += max(alpha, 1.0 / c) * (res - scale[k, j])
+            if mode == HAMPEL or (mode in (WINDOW, PREDICT) and r == R_NONE):
                 p = hpos[k, j]
                 hist[k, j, p] = x
                 hpos[k, j] = (p + 1) % cap

@@ -54,10 +54,12 @@ def clean_command(
     config: Annotated[
         Path | None, typer.Option("--config", "-c", help="Pipeline YAML whose clean settings to use.")
     ] = None,
-    mode: Annotated[str | None, typer.Option(help="window, hampel, ewma or none.")] = None,
+    mode: Annotated[str | None, typer.Option(help="predict (default), window, hampel, ewma or none.")] = None,
     action: Annotated[str | None, typer.Option(help="flag, clip, replace, drop, trim_log or trim_sqrt.")] = None,
     impute: Annotated[str | None, typer.Option(help="knn, last, mean or none.")] = None,
-    k: Annotated[float | None, typer.Option(help="Threshold in standard deviations.")] = None,
+    k: Annotated[
+        float | None, typer.Option(help="Threshold in (robust) standard deviations (default 4.5 predict, 3 others).")
+    ] = None,
     kb: Annotated[str | None, typer.Option(help="Knowledge base with historical maxima and training data.")] = None,
     app: Annotated[str | None, typer.Option(help="Application name in the knowledge base.")] = None,
 ) -> None:

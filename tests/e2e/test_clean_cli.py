@@ -24,12 +24,12 @@ def test_clean_quality_and_the_knowledge_base(tmp_path: Path) -> None:
     cleaned = tmp_path / "clean.jsonl"
     r = perfsift("clean", str(paths["faulty"]), "--out", str(cleaned), "--action", "replace")
     assert r.returncode == 0, r.stderr[-2000:]
-    assert "nsigma" in r.stdout and "knn_impute" in r.stdout
+    assert "residual" in r.stdout and "knn_impute" in r.stdout
     records = [json.loads(line) for line in cleaned.read_text().splitlines()]
     assert len(records) == 900
     flags = [f for rec in records for f in rec["flags"] or []]
-    assert {f["rule"] for f in flags} >= {"nsigma", "knn_impute"}
-    assert sum(f["rule"] == "nsigma" for f in flags) >= 0.8 * len(truth["outliers"])
+    assert {f["rule"] for f in flags} >= {"residual", "knn_impute"}
+    assert sum(f["rule"] == "residual" for f in flags) >= 0.8 * len(truth["outliers"])
     assert all(v is not None for rec in records[30:] for v in rec["metrics"].values())  # gaps filled
 
     def median_diff(test: Path) -> float:

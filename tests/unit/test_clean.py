@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from perfsift.operators import Batch, Clean
-from perfsift.producers.synth import spmd
+from perfsift.producers.synth import cyclic, spmd
 from perfsift.schemas import samples_to_batch
 from perfsift.streams.knowledge import KnowledgeBase, clean_params
 from perfsift.streams.quality import diff, dtw
@@ -140,6 +140,40 @@ def test_planted_outliers_are_found_with_precision_and_recall_of_ninety_percent(
     recall = len(found & planted) / len(planted)
     assert len(planted) > 250
     assert precision >= 0.9 and recall >= 0.9, (precision, recall)
+
+
+def test_default_filter_finds_spikes_on_cycles_and_trends_and_accepts_level_shifts() -> None:
+    samples, truth = cyclic(seed=3)
+    batch = samples_to_batch(samples)
+    op = Clean(action="flag", impute="none")
+    assert op.mode == "predict"
+    out = op.update(batch)
+    nodes = out.node_names()
+    found = {(out.ts[i], nodes[i], g["metric"]) for i, f in enumerate(out.extra["flags"]) if f for g in f}
+    spikes = {(s["ts"], s["node"], s["metric"]) for s in truth["spikes"]}
+    # a new level is flagged until it is accepted: count those flags apart from spike flags
+    after_shift = [{(sh["ts"] + d, sh["node"], sh["metric"]) for d in range(3 * op.accept_after)} - spikes
+                   for sh in truth["shifts"]]  # fmt: skip
+    shift_flags = [len(found & zone) for zone in after_shift]
+    assert len(truth["shifts"]) >= 15 and min(shift_flags) >= 1
+    assert max(shift_flags) <= op.accept_after, shift_flags
+    rest = found - set().union(*after_shift)
+    precision, recall = len(rest & spikes) / len(rest), len(found & spikes) / len(spikes)
+    assert len(spikes) > 500
+    assert precision >= 0.9 and recall >= 0.9, (precision, recall)
+    # the spec's window filter, the old default, fails on this kind of signal
+    old = Clean(mode="window", action="flag", impute="none").update(batch)
+    old_found = {(old.ts[i], nodes[i], g["metric"]) for i, f in enumerate(old.extra["flags"]) if f for g in f}
+    assert len(old_found & spikes) / len(old_found) < 0.5
+
+
+def test_predict_mode_replaces_a_spike_on_a_ramp_by_the_prediction() -> None:
+    x = 2.0 * np.arange(60) + np.sin(np.arange(60))  # a trend with some wiggle
+    x[40] += 50.0
+    out = Clean(impute="none", action="replace").update(series(x))
+    assert flagged(out) == [40]
+    assert flagged(out, "residual") == [40]
+    assert abs(out.values[40, 0] - (x[40] - 50.0)) < 3.0  # the line's one-step prediction
 
 
 def test_knn_imputation_beats_mean_replacement_at_least_twofold() -> None:
