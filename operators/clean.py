@@ -23,7 +23,9 @@ Per (job, node) and metric, in this order:
    median, the window or EW mean), dropped to missing (``drop``) or shrunk towards the estimate with Vetter &
    Reed's ``trim_log`` / ``trim_sqrt`` distance maps.
 3. **Imputation** (``impute``): missing values (absent, dropped, reset counters) by KNN regression
-   on co-monitored metrics (§3.4) trained on the node's recent complete samples — or on the
+   on co-monitored metrics (§3.4) trained on the node's recent samples, partial ones too (a
+   reference needs the missing metric and enough of the sample's present ones: the features all
+   references share when there are ``f_min`` of them, else each reference's own) — or on the
    knowledge base's samples of the application when the node has fewer than ``knn_k`` — falling
    back to the node's last value (rule ``last_value``) when nothing is trainable; ``last`` and
    ``mean`` are the simple alternatives.
@@ -161,8 +163,16 @@ class Clean(Transformer):
         if self.weights not in ("distance", "uniform") or self.target_transform not in ("none", "log1p"):
             raise ValueError("weights must be distance|uniform and target_transform none|log1p")
         bad = self.k is not None and not self.k > 0
-        if bad or self.half < 1 or self.window < 2 or self.fit < 2 or self.n_min < 1 or self.accept_after < 1:
-            raise ValueError("k must be > 0; half, n_min, accept_after >= 1; window, fit >= 2")
+        if (
+            bad
+            or self.f_min < 1
+            or self.half < 1
+            or self.window < 2
+            or self.fit < 2
+            or self.n_min < 1
+            or self.accept_after < 1
+        ):
+            raise ValueError("k must be > 0; f_min, half, n_min, accept_after >= 1; window, fit >= 2")
         self.cols_ = KeyedColumns()
         self.hcap_ = {"hampel": 2 * self.half, "predict": self.fit}.get(self.mode, self.window)
         k0, m0 = 0, 0
@@ -181,7 +191,7 @@ class Clean(Transformer):
         self.cnt_ = np.zeros((k0, m0))
         self.raw_last_ = np.full((k0, m0), np.nan)  # counters: last raw value and its time
         self.raw_ts_ = np.full((k0, m0), np.nan)
-        self.refs_ = np.full((k0, self.knn_window, m0), np.nan)  # recent complete rows per key
+        self.refs_ = np.full((k0, self.knn_window, m0), np.nan)  # recent rows per key (partial ones too)
         self.ref_n_ = np.zeros(k0, dtype=np.int64)
         self.ref_pos_ = np.zeros(k0, dtype=np.int64)
 
@@ -394,8 +404,8 @@ class Clean(Transformer):
         pos_in_sorted[order] = np.arange(len(keys))
         start_of = (np.cumsum(counts) - counts)[np.repeat(np.arange(len(counts)), counts)]  # per sorted row
         last_val, mean_val = causal_fallbacks(self.last_, self.sum_, self.cnt_, observed, keys, cols, order, start_of)
-        complete = ~np.isnan(observed).any(axis=1)
-        # per key, once: its references in time order (ring, then this batch's complete rows), and
+        usable = ~np.isnan(observed).all(axis=1)  # reference rows: partial ones too (§3.4)
+        # per key, once: its references in time order (ring, then this batch's rows), and
         # for each of its rows how many of them came before it
         key_refs: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         fallback = None  # the knowledge base's samples, for keys with too few references
@@ -411,11 +421,11 @@ class Clean(Transformer):
                     p0 = pos_in_sorted[r]
                     mine = order[start_of[p0] : start_of[p0] + counts[np.searchsorted(np.cumsum(counts), p0, "right")]]
                     ring, n, pos = self.refs_[key][:, cols], int(self.ref_n_[key]), int(self.ref_pos_[key])
-                    key_refs[key] = key_references(ring, n, pos, self.knn_window, observed, mine, complete)
+                    key_refs[key] = key_references(ring, n, pos, self.knn_window, observed, mine, usable)
                 refs_all, before = key_refs[key]
                 n_before = before[pos_in_sorted[r] - start_of[pos_in_sorted[r]]]
                 refs = refs_all[max(n_before - self.knn_window, 0) : n_before]
-                done = knn_row(out, r, miss, refs, fallback, self.knn_k, uniform, log1p)
+                done = knn_row(out, r, miss, refs, fallback, self.knn_k, uniform, log1p, self.f_min)
             rules = ["knn_impute" if d else "" for d in done]
             for q, jb in enumerate(miss.tolist()):
                 if done[q]:

@@ -463,3 +463,34 @@ def cyclic(
     truth = {"metrics": names, "nodes": nodes, "spikes": spike_list, "shifts": shift_list, "amplitude": amp,
              "values": clean, "missing": int(absent.sum())}  # fmt: skip
     return out, truth
+
+
+def multiplexed(
+    nodes: int = 8, events: int = 6, samples: int = 1000, seed: int = 0, gaps: float = 0.01, t0: float = 1.7e9
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """(samples, truth) of PMU event rates under multiplexing: per node a shared load (log-AR(1),
+    φ = 0.9, so it moves from one interval to the next as real load does) drives every event,
+    ``e_i = a_i · load^b_i · (1 + 2 % noise)``; in each interval one event, in rotation, was not
+    counted (null), and a share ``gaps`` of the others is missing too. Truth: ``values`` (time ×
+    node × event, nothing missing), ``missing`` (the same shape, True where the sample has null)
+    and ``metrics``."""
+    rng = np.random.default_rng(seed)
+    names = [f"event_{i}" for i in range(events)]
+    log_load = np.zeros((samples, nodes))
+    for s in range(1, samples):
+        log_load[s] = 0.9 * log_load[s - 1] + rng.normal(0.0, 0.3, nodes)
+    a, b = rng.uniform(1e3, 1e6, events), rng.uniform(0.5, 1.5, events)
+    clean = a * np.exp(log_load[:, :, None] * b) * (1 + 0.02 * rng.normal(size=(samples, nodes, events)))
+    missing = rng.random(clean.shape) < gaps
+    missing[
+        np.arange(samples)[:, None],
+        np.arange(nodes)[None, :],
+        (np.arange(samples)[:, None] + np.arange(nodes)) % events,
+    ] = True
+    out = [
+        {"ts": t0 + s, "node": f"n{p:02d}", "job": "mux", "seq": s,
+         "metrics": {m: None if missing[s, p, j] else float(clean[s, p, j]) for j, m in enumerate(names)}}
+        for s in range(samples)
+        for p in range(nodes)
+    ]  # fmt: skip
+    return out, {"values": clean, "missing": missing, "metrics": names}

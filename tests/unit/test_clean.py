@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from perfsift.operators import Batch, Clean
-from perfsift.producers.synth import cyclic, spmd
+from perfsift.producers.synth import cyclic, multiplexed, spmd
 from perfsift.schemas import samples_to_batch
 from perfsift.streams.knowledge import KnowledgeBase, clean_params
 from perfsift.streams.quality import diff, dtw
@@ -174,6 +174,46 @@ def test_predict_mode_replaces_a_spike_on_a_ramp_by_the_prediction() -> None:
     assert flagged(out) == [40]
     assert flagged(out, "residual") == [40]
     assert abs(out.values[40, 0] - (x[40] - 50.0)) < 3.0  # the line's one-step prediction
+
+
+def test_partial_reference_rows_and_f_min_as_the_spec_says() -> None:
+    nan = np.nan
+    rows = [[10.0, 1.0, nan], [20.0, 1.0, 5.0], [30.0, 2.0, 5.0], [nan, 1.0, 5.0]]  # columns e, f1, f2
+    b = Batch.from_columns(ts=np.arange(4.0), nodes=["a"] * 4, metrics=["e", "f1", "f2"], values=np.array(rows))
+
+    def imputed(f_min: int) -> tuple[float, str]:
+        out = Clean(mode="none", f_min=f_min).update(b)
+        return float(out.values[3, 0]), out.extra["flags"][3][0]["rule"]
+
+    # every candidate has f1, not all have f2: with f_min = 1 the shared set {f1} is enough and
+    # rows 0 and 1 match exactly; with f_min = 2 each candidate's own features count, row 0 (f1
+    # only) is not usable, and row 1 matches on both
+    assert imputed(1) == (15.0, "knn_impute")
+    assert imputed(2) == (20.0, "knn_impute")
+
+
+def test_knn_imputes_multiplexed_counters_from_partial_rows() -> None:
+    samples, truth = multiplexed(nodes=8, events=6, samples=400, seed=1)
+    b = samples_to_batch(samples)
+    cols = [b.metrics.index(m) for m in truth["metrics"]]
+    gaps = np.isnan(b.values[:, cols])
+    true = truth["values"].reshape(-1, len(cols))[gaps]
+    assert gaps.sum(axis=1).min() >= 1  # no sample is complete
+
+    def imputed(impute: str) -> tuple[np.ndarray, Batch]:
+        out = Clean(mode="none", impute=impute).update(b)
+        return out.values[:, cols][gaps], out
+
+    knn, out = imputed("knn")
+    last, _ = imputed("last")
+    rules = [g["rule"] for f in out.extra["flags"] if f for g in f]
+    assert rules.count("knn_impute") >= 0.95 * gaps.sum()
+    assert set(rules) <= {"knn_impute", "last_value", "no_reference"}
+    ok = ~np.isnan(last)
+    assert np.isnan(knn).sum() == rules.count("no_reference")  # the rest is explained in flags
+    rmse_knn = np.sqrt(np.mean((knn[ok] - true[ok]) ** 2))
+    rmse_last = np.sqrt(np.mean((last[ok] - true[ok]) ** 2))
+    assert rmse_knn <= 0.5 * rmse_last, (rmse_knn, rmse_last)
 
 
 def test_knn_imputation_beats_mean_replacement_at_least_twofold() -> None:
