@@ -3,6 +3,7 @@ imputation, counters, multiplexing, the knowledge base and DTW quality."""
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 
 import numpy as np
@@ -283,6 +284,36 @@ def test_knowledge_base_thresholds_and_training_rows(tmp_path: Path) -> None:
     assert imputed.values[0, imputed.metrics.index("cpu_user")] == pytest.approx(
         base[-1]["metrics"]["cpu_user"], rel=0.1
     )
+
+
+def test_the_knowledge_base_is_keyed_and_reads_every_run_of_a_key(tmp_path: Path) -> None:
+    db = str(tmp_path / "kb.sqlite")
+    old = sqlite3.connect(db)  # the layout before runs were keyed: it is brought up to date
+    old.execute("CREATE TABLE runs (run_id INTEGER PRIMARY KEY, app TEXT NOT NULL, source TEXT, added_at REAL, "
+                "start_ts REAL, end_ts REAL, samples INTEGER)")  # fmt: skip
+    old.commit()
+    old.close()
+    one, _ = spmd("cactus", nodes=2, duration=60, seed=1)
+    two, _ = spmd("cactus", nodes=2, duration=60, seed=2, t0=1.8e9)
+    other, _ = spmd("cactus", nodes=2, duration=60, seed=3, interval=5.0)
+    big = [{**s, "metrics": {**s["metrics"], "cpu_user": 1e6}} for s in other]
+    with KnowledgeBase(db) as kb:
+        kb.add_run("cactus", one, platform="xeon", workload="small")
+        kb.add_run("cactus", two, platform="xeon", workload="small")
+        kb.add_run("cactus", big, platform="xeon", workload="small")  # interval 5 s: another key
+        kb.add_run("cactus", big, platform="epyc", workload="small", interval=1.0)
+        assert [r["interval"] for r in kb.runs()] == [1.0, 1.0, 5.0, 1.0]
+        key = ("xeon", "small", 1.0)
+        users = [s["metrics"]["cpu_user"] for s in one + two]
+        assert kb.maxima("cactus", *key)["cpu_user"] == max(users)
+        assert kb.maxima("cactus", "xeon", "small")["cpu_user"] == 1e6  # no interval given: any
+        names, rows = kb.reference_rows("cactus", 1000, *key)
+        assert len(rows) == len(one) + len(two)  # both runs of the key, nothing of the others
+        assert set(rows[:, names.index("cpu_user")]) == set(users)
+    params = clean_params({"kb": db, "app": "cactus", "platform": "xeon", "workload": "small", "interval": 1.0})
+    assert params["history"].maxima["cpu_user"] == max(users)
+    with pytest.raises(ValueError, match="give kb and app"):
+        clean_params({"platform": "xeon"})
 
 
 def test_bad_parameters_are_refused() -> None:
