@@ -49,9 +49,9 @@ def test_clean_quality_and_the_knowledge_base(tmp_path: Path) -> None:
     key = ("--kb", str(db), "--app", "cactus", "--platform", "xeon", "--interval", "1")
     r = perfsift("clean", str(paths["faulty"]), "--out", str(cleaned), "--action", "flag", "--mode", "none", *key)
     assert r.returncode == 0, r.stderr[-2000:]
-    maxima = {}
-    for s in ref:
-        for m, v in s["metrics"].items():
+    maxima: dict[str, float] = {}
+    for sample in ref:
+        for m, v in sample["metrics"].items():
             maxima[m] = max(maxima.get(m, -np.inf), v)
     kb_flags = [(m, f) for rec in map(json.loads, cleaned.read_text().splitlines()) for f in rec["flags"] or []
                 for m in [f["metric"]] if f["rule"] == "kb_max"]  # fmt: skip
