@@ -1,8 +1,8 @@
 """Cleaning throughput on column batches, one core, in metric values per second.
 
 Batches of 5,000 samples × 12 metrics from 256 nodes (normal data with 0.5 % spikes; 2 % gaps in
-the imputation runs), after a warm-up batch. Modes: window (the default) and Hampel, without and
-with KNN imputation; and a naive per-record Python loop of the same window rule as the baseline.
+the imputation runs), after a warm-up batch. Modes: predict (the default), window and Hampel, without
+and with KNN imputation; and a naive per-record Python loop of the window rule as the baseline.
 
     python -m bench.bench_clean
 """
@@ -73,10 +73,11 @@ def naive(data: list[Batch], window: int = 100, k: float = 3.0) -> float:
 def main() -> None:
     clean_data, gappy = batches(8, 0.0), batches(8, 0.02, seed=1)
     results = {
-        "window, no imputation": rate(Clean(impute="none"), clean_data),
+        "predict (default), no imputation": rate(Clean(impute="none"), clean_data),
+        "window, no imputation": rate(Clean(mode="window", impute="none"), clean_data),
         "hampel, no imputation": rate(Clean(mode="hampel", impute="none"), clean_data),
-        "window + KNN imputation (2 % gaps)": rate(Clean(), gappy),
-        "hampel + KNN imputation (2 % gaps)": rate(Clean(mode="hampel"), gappy),
+        "predict + KNN imputation (2 % gaps)": rate(Clean(), gappy),
+        "window + KNN imputation (2 % gaps)": rate(Clean(mode="window"), gappy),
         "naive per-record Python loop (window rule)": naive(clean_data[:4]),
     }
     for k, v in results.items():
@@ -85,7 +86,7 @@ def main() -> None:
     rows = [
         {"measure": f"clean {name}, {ROWS} × {METRICS} batches, 1 core", "value": f"{v:,.0f} values/s"
          + ("" if "naive" in name else f" ({v / base:,.0f}× naive)"),
-         "target": ">= 2,000,000" if "no imputation" in name else ("baseline" if "naive" in name else "")}
+         "target": ">= 2,000,000" if "no imputation" in name else ("baseline" if "naive" in name else ">= 500,000")}
         for name, v in results.items()
     ]  # fmt: skip
     write_result("clean", {"benchmark": "Cleaning throughput", "script": "bench_clean", "rows": rows})

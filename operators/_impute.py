@@ -21,10 +21,10 @@ def remember(
     keys: np.ndarray,
     cols: np.ndarray,
 ) -> None:
-    """Complete rows (every metric of the batch present after filtering) become references:
-    the newest ``window`` of each key go into its ring (``refs``: key × window × metric, written
-    at ``ref_pos``, ``ref_n`` filled), in order."""
-    complete = np.flatnonzero(~np.isnan(out).any(axis=1))
+    """Rows with at least one observed value (after filtering) become references, partial ones
+    too (under PMU multiplexing no row is complete): the newest ``window`` of each key go into its
+    ring (``refs``: key × window × metric, written at ``ref_pos``, ``ref_n`` filled), in order."""
+    complete = np.flatnonzero(~np.isnan(out).all(axis=1))
     if len(complete) == 0:
         return
     order, uniq, counts, rank = group_rows(keys[complete])
@@ -100,8 +100,8 @@ def key_references(
     ring: np.ndarray, n: int, pos: int, window: int, observed: np.ndarray, mine: np.ndarray, complete: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
     """(one key's reference rows in time order: its ring - ``n`` rows, written next at ``pos`` -
-    then this batch's complete rows; for each of the key's batch rows ``mine``, how many
-    reference rows precede it)."""
+    then this batch's rows that ``complete`` marks as references; for each of the key's batch
+    rows ``mine``, how many reference rows precede it)."""
     # a full ring starts at its write position (the oldest row); a filling one at slot 0
     ring = np.roll(ring, -pos, axis=0) if n == window else ring[:n]
     ok = complete[mine]
@@ -119,6 +119,7 @@ def knn_row(
     k: float,
     uniform: bool,
     log1p: bool,
+    f_min: int,
 ) -> np.ndarray:
     """Impute the missing cells ``miss`` of row r from ``refs`` (the key's newest references
     before r) - and from ``fallback`` (the knowledge base's samples) when there are fewer than
@@ -131,9 +132,9 @@ def knn_row(
     from perfsift.operators import _clean_kernel as kern
 
     refs = np.ascontiguousarray(refs, dtype=np.float64)
-    row = out[r]
+    row = out[r].copy()  # the observed row: a cell imputed here is no feature for the next one
     for q, e in enumerate(miss.tolist()):
-        pred = kern.knn_impute(refs, row, e, int(k), uniform, log1p)
+        pred = kern.knn_impute(refs, row, e, int(k), uniform, log1p, int(f_min))
         if pred == pred:
             out[r, e] = pred
             done[q] = True

@@ -10,17 +10,22 @@ Per (job, node) and metric, in this order:
    Δt_running per interval; zero running time gives a missing value, coverage below
    ``low_coverage`` is flagged (rule ``low_coverage``). The ``:enabled``/``:running`` columns are
    consumed.
-2. **Outliers** (``mode``): ``window`` (default, as METHODS.md §3.6: mean + k·σ of the last
-   ``window`` accepted values; flagged values never enter it, and a run of ``accept_after`` flags
-   is a new level), ``hampel`` (causal window of the last 2·half originals and the value,
-   median ± k·1.4826·MAD), ``ewma`` (EW mean and variance, winsorised at flags), or ``none``;
+2. **Outliers** (``mode``): ``predict`` (default: the residual of a one-step prediction - a
+   least-squares line through the last ``fit`` accepted values - against k × a robust scale of
+   recent residuals, their mean absolute value winsorised at the threshold; flagged values never
+   enter the fit, and a run of ``accept_after`` flags is a new level), ``window`` (METHODS.md
+   §3.6: mean + k·σ of the last ``window`` accepted values; same rules), ``hampel`` (causal
+   window of the last 2·half originals and the value, median ± k·1.4826·MAD), ``ewma`` (EW
+   mean and variance, winsorised at flags), or ``none``;
    plus knowledge-base maxima (``history``: flag x > γ·max) and ``nonnegative`` metrics
    (negative values are impossible). A flagged value is, by ``action``: kept (``flag``), clipped to
-   the threshold (``clip``), replaced by the local estimate (``replace``: the Hampel median, the
-   window or EW mean), dropped to missing (``drop``) or shrunk towards the estimate with Vetter &
+   the threshold (``clip``), replaced by the local estimate (``replace``: the prediction, the Hampel
+   median, the window or EW mean), dropped to missing (``drop``) or shrunk towards the estimate with Vetter &
    Reed's ``trim_log`` / ``trim_sqrt`` distance maps.
 3. **Imputation** (``impute``): missing values (absent, dropped, reset counters) by KNN regression
-   on co-monitored metrics (§3.4) trained on the node's recent complete samples — or on the
+   on co-monitored metrics (§3.4) trained on the node's recent samples, partial ones too (a
+   reference needs the missing metric and enough of the sample's present ones: the features all
+   references share when there are ``f_min`` of them, else each reference's own) — or on the
    knowledge base's samples of the application when the node has fewer than ``knn_k`` — falling
    back to the node's last value (rule ``last_value``) when nothing is trainable; ``last`` and
    ``mean`` are the simple alternatives.
@@ -32,62 +37,24 @@ entry for every value that was changed, flagged or imputed.
 
 from __future__ import annotations
 
-import hashlib
-import json
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 from perfsift.operators._impute import causal_fallbacks, key_references, knn_row, remember, track_clean
 from perfsift.operators._keyed import KeyedColumns, group_rows, grow
+from perfsift.operators._knowledge import KnowledgeHistory
 from perfsift.operators.base import Transformer, warm_batch
 from perfsift.operators.batch import Batch
 
-MODES = {"none": 0, "hampel": 1, "window": 2, "ewma": 3}
+__all__ = ["Clean", "KnowledgeHistory"]
+
+MODES = {"none": 0, "hampel": 1, "window": 2, "ewma": 3, "predict": 4}
 ACTIONS = {"flag": 0, "clip": 1, "replace": 2, "drop": 3, "trim_log": 4, "trim_sqrt": 5}
 IMPUTE = ("knn", "last", "mean", "none")
-STAT_RULE = {"hampel": "hampel", "window": "nsigma", "ewma": "ewma", "none": "none"}
-
-
-@dataclass(frozen=True, eq=False)
-class KnowledgeHistory:
-    """What the knowledge base knows of an application (METHODS.md §3.2), as the cleaner uses it:
-    the historical maximum of each metric, and recent complete samples (``rows``, one column per
-    name in ``metrics``) to train the imputation of a node that has too few of its own. Made by
-    ``perfsift.streams.knowledge.KnowledgeBase.history``; the cleaner opens no database.
-
-    >>> h = KnowledgeHistory({"cpu": 97.5}, ("cpu", "io"), np.array([[90.0, 3.0]]))
-    >>> h.rows_for(["io", "mem"]).tolist()
-    [[3.0, nan]]
-    """
-
-    maxima: Mapping[str, float] = field(default_factory=dict)
-    metrics: tuple[str, ...] = ()
-    rows: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
-
-    def rows_for(self, metrics: Sequence[str]) -> np.ndarray:
-        """The reference rows with one column per name of ``metrics`` (NaN where none)."""
-        pos = {m: i for i, m in enumerate(self.metrics)}
-        out = np.full((len(self.rows), len(metrics)), np.nan)
-        for j, name in enumerate(metrics):
-            if name in pos:
-                out[:, j] = self.rows[:, pos[name]]
-        return out
-
-    def digest(self) -> str:
-        """sha256 of the content: what an operator's fingerprint counts this parameter by."""
-        h = hashlib.sha256(json.dumps([sorted(self.maxima.items()), list(self.metrics)]).encode())
-        rows = np.ascontiguousarray(self.rows, dtype=np.float64)
-        h.update(str(rows.shape).encode())
-        h.update(rows.tobytes())
-        return h.hexdigest()
-
-    def __repr__(self) -> str:
-        return (
-            f"KnowledgeHistory({len(self.maxima)} maxima, {len(self.rows)} reference rows of "
-            f"{len(self.metrics)} metrics, digest {self.digest()[:12]})"
-        )
+STAT_RULE = {"hampel": "hampel", "window": "nsigma", "ewma": "ewma", "predict": "residual", "none": "none"}
+#: k when none is given: the spec's 3 for its modes; predict mode's residuals are one-step
+#: prediction errors, so its threshold is tuned on the cyclic generator (docs/cleaning.md)
+K_DEFAULT = {"predict": 4.5}
 
 
 class Clean(Transformer):
@@ -96,16 +63,21 @@ class Clean(Transformer):
     Parameters
     ----------
     mode : str
-        ``window`` (default), ``hampel``, ``ewma`` or ``none``. The causal Hampel filter's median
-        lags any trend by half its window, so on trending or cyclic metrics it flags clean values
-        (measured: precision 0.17 on the synthetic SPMD trends against 0.95 for ``window``; 14 %
-        of the NAB CloudWatch points flagged against 5 %); use it for flat, spiky series.
-    k : float
-        Threshold in (robust) standard deviations.
+        ``predict`` (default), ``window``, ``hampel``, ``ewma`` or ``none``. A window mean or
+        median lags any trend or cycle, so those modes flag clean values on such metrics
+        (measured on ``producers.synth.cyclic``: precision 0.14 for ``window``, 0.11 for
+        ``hampel``, 0.99 for ``predict``; docs/cleaning.md).
+    k : float or None
+        Threshold in (robust) standard deviations; None = 4.5 in predict mode (its residuals are
+        prediction errors; tuned on the cyclic generator), the spec's 3 otherwise.
+    fit : int
+        Predict mode: the number of newest accepted values the local line is fitted to.
     half : int
         Hampel half-width: the causal window is the last 2·half values and the current one.
     window, n_min, accept_after, alpha, two_sided
         Window and EWMA modes (METHODS.md §3.6); no value is flagged before ``n_min`` values.
+        ``accept_after`` applies in predict mode too; ``alpha`` is its residual scale's weight;
+        ``two_sided`` None = both directions in predict mode, upwards only in the others.
     action : str
         ``flag``, ``clip``, ``replace`` (default), ``drop``, ``trim_log`` or ``trim_sqrt``.
     history, gamma : KnowledgeHistory or None, float
@@ -123,18 +95,19 @@ class Clean(Transformer):
         Imputation (METHODS.md §3.4).
     """
 
-    STATE_VERSION = 1
+    STATE_VERSION = 2
 
     def __init__(
         self,
-        mode: str = "window",
-        k: float = 3.0,
+        mode: str = "predict",
+        k: float | None = None,
+        fit: int = 8,
         half: int = 5,
         window: int = 100,
         n_min: int = 10,
         accept_after: int = 10,
         alpha: float = 0.05,
-        two_sided: bool = False,
+        two_sided: bool | None = None,
         action: str = "replace",
         history: KnowledgeHistory | None = None,
         gamma: float = 1.0,
@@ -152,6 +125,7 @@ class Clean(Transformer):
     ) -> None:
         self.mode = mode
         self.k = k
+        self.fit = fit
         self.half = half
         self.window = window
         self.n_min = n_min
@@ -188,10 +162,19 @@ class Clean(Transformer):
             raise ValueError(f"impute must be one of {', '.join(IMPUTE)}, got {self.impute!r}")
         if self.weights not in ("distance", "uniform") or self.target_transform not in ("none", "log1p"):
             raise ValueError("weights must be distance|uniform and target_transform none|log1p")
-        if not self.k > 0 or self.half < 1 or self.window < 2 or self.n_min < 1 or self.accept_after < 1:
-            raise ValueError("k must be > 0; half, n_min, accept_after >= 1; window >= 2")
+        bad = self.k is not None and not self.k > 0
+        if (
+            bad
+            or self.f_min < 1
+            or self.half < 1
+            or self.window < 2
+            or self.fit < 2
+            or self.n_min < 1
+            or self.accept_after < 1
+        ):
+            raise ValueError("k must be > 0; f_min, half, n_min, accept_after >= 1; window, fit >= 2")
         self.cols_ = KeyedColumns()
-        self.hcap_ = 2 * self.half if self.mode == "hampel" else self.window
+        self.hcap_ = {"hampel": 2 * self.half, "predict": self.fit}.get(self.mode, self.window)
         k0, m0 = 0, 0
         self.hist_ = np.zeros((k0, m0, self.hcap_))
         self.hpos_ = np.zeros((k0, m0), dtype=np.int64)
@@ -201,12 +184,14 @@ class Clean(Transformer):
         self.ev_ = np.zeros((k0, m0))
         self.run_n_ = np.zeros((k0, m0), dtype=np.int64)
         self.runbuf_ = np.zeros((k0, m0, self.accept_after))
+        self.scale_ = np.zeros((k0, m0))  # predict: mean absolute residual, and residuals counted
+        self.nres_ = np.zeros((k0, m0), dtype=np.int64)
         self.last_ = np.full((k0, m0), np.nan)  # last clean value (imputation fallback)
         self.sum_ = np.zeros((k0, m0))  # running sum and count of clean values (impute="mean")
         self.cnt_ = np.zeros((k0, m0))
         self.raw_last_ = np.full((k0, m0), np.nan)  # counters: last raw value and its time
         self.raw_ts_ = np.full((k0, m0), np.nan)
-        self.refs_ = np.full((k0, self.knn_window, m0), np.nan)  # recent complete rows per key
+        self.refs_ = np.full((k0, self.knn_window, m0), np.nan)  # recent rows per key (partial ones too)
         self.ref_n_ = np.zeros(k0, dtype=np.int64)
         self.ref_pos_ = np.zeros(k0, dtype=np.int64)
 
@@ -218,6 +203,8 @@ class Clean(Transformer):
             ("em_", 0.0),
             ("ev_", 0.0),
             ("run_n_", 0),
+            ("scale_", 0.0),
+            ("nres_", 0),
             ("last_", np.nan),
             ("sum_", 0.0),
             ("cnt_", 0.0),
@@ -231,6 +218,17 @@ class Clean(Transformer):
         self.refs_ = grow(grow(self.refs_, 0, n_keys, np.nan), 2, n_metrics, np.nan)
         self.ref_n_ = grow(self.ref_n_, 0, n_keys, 0)
         self.ref_pos_ = grow(self.ref_pos_, 0, n_keys, 0)
+
+    @property
+    def k_used(self) -> float:
+        """The threshold in force: ``k``, or the mode's default when ``k`` is None."""
+        return float(self.k) if self.k is not None else K_DEFAULT.get(self.mode, 3.0)
+
+    @property
+    def two_sided_used(self) -> bool:
+        """Whether values below the estimate are flagged: ``two_sided``, or by default only in
+        predict mode (the spec's window and EWMA filters are one-sided)."""
+        return self.two_sided if self.two_sided is not None else self.mode == "predict"
 
     # -- streaming ----------------------------------------------------------------------------------
     def update(self, batch: Batch) -> Batch:
@@ -262,18 +260,20 @@ class Clean(Transformer):
             self.ev_,
             self.run_n_,
             self.runbuf_,
+            self.scale_,
+            self.nres_,
             kbmax,
             nonneg,
             out,
             rule,
             thr,
             MODES[self.mode],
-            float(self.k),
+            float(self.k_used),
             int(self.n_min),
             int(self.accept_after),
             float(self.alpha),
             ACTIONS[self.action],
-            bool(self.two_sided),
+            bool(self.two_sided_used),
             float(self.gamma),
         )
         rows, jcols = np.nonzero(rule)
@@ -404,8 +404,8 @@ class Clean(Transformer):
         pos_in_sorted[order] = np.arange(len(keys))
         start_of = (np.cumsum(counts) - counts)[np.repeat(np.arange(len(counts)), counts)]  # per sorted row
         last_val, mean_val = causal_fallbacks(self.last_, self.sum_, self.cnt_, observed, keys, cols, order, start_of)
-        complete = ~np.isnan(observed).any(axis=1)
-        # per key, once: its references in time order (ring, then this batch's complete rows), and
+        usable = ~np.isnan(observed).all(axis=1)  # reference rows: partial ones too (§3.4)
+        # per key, once: its references in time order (ring, then this batch's rows), and
         # for each of its rows how many of them came before it
         key_refs: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         fallback = None  # the knowledge base's samples, for keys with too few references
@@ -421,11 +421,11 @@ class Clean(Transformer):
                     p0 = pos_in_sorted[r]
                     mine = order[start_of[p0] : start_of[p0] + counts[np.searchsorted(np.cumsum(counts), p0, "right")]]
                     ring, n, pos = self.refs_[key][:, cols], int(self.ref_n_[key]), int(self.ref_pos_[key])
-                    key_refs[key] = key_references(ring, n, pos, self.knn_window, observed, mine, complete)
+                    key_refs[key] = key_references(ring, n, pos, self.knn_window, observed, mine, usable)
                 refs_all, before = key_refs[key]
                 n_before = before[pos_in_sorted[r] - start_of[pos_in_sorted[r]]]
                 refs = refs_all[max(n_before - self.knn_window, 0) : n_before]
-                done = knn_row(out, r, miss, refs, fallback, self.knn_k, uniform, log1p)
+                done = knn_row(out, r, miss, refs, fallback, self.knn_k, uniform, log1p, self.f_min)
             rules = ["knn_impute" if d else "" for d in done]
             for q, jb in enumerate(miss.tolist()):
                 if done[q]:
@@ -451,6 +451,8 @@ class Clean(Transformer):
         "ev_",
         "run_n_",
         "runbuf_",
+        "scale_",
+        "nres_",
         "last_",
         "sum_",
         "cnt_",

@@ -54,17 +54,26 @@ def clean_command(
     config: Annotated[
         Path | None, typer.Option("--config", "-c", help="Pipeline YAML whose clean settings to use.")
     ] = None,
-    mode: Annotated[str | None, typer.Option(help="window, hampel, ewma or none.")] = None,
+    mode: Annotated[str | None, typer.Option(help="predict (default), window, hampel, ewma or none.")] = None,
     action: Annotated[str | None, typer.Option(help="flag, clip, replace, drop, trim_log or trim_sqrt.")] = None,
     impute: Annotated[str | None, typer.Option(help="knn, last, mean or none.")] = None,
-    k: Annotated[float | None, typer.Option(help="Threshold in standard deviations.")] = None,
+    k: Annotated[
+        float | None, typer.Option(help="Threshold in (robust) standard deviations (default 4.5 predict, 3 others).")
+    ] = None,
     kb: Annotated[str | None, typer.Option(help="Knowledge base with historical maxima and training data.")] = None,
     app: Annotated[str | None, typer.Option(help="Application name in the knowledge base.")] = None,
+    platform: Annotated[str | None, typer.Option(help="Knowledge-base key: platform (default '').")] = None,
+    workload: Annotated[str | None, typer.Option(help="Knowledge-base key: workload class (default '').")] = None,
+    interval: Annotated[
+        float | None, typer.Option(help="Knowledge-base key: sampling interval, s (default: any).")
+    ] = None,
 ) -> None:
     """Clean an archived trace with the pipeline's clean operator: outliers handled, gaps imputed,
     every change reported in the record's flags; prints what was flagged per metric."""  # fmt: skip
     params = _clean_params(config)
-    for name, value in (("mode", mode), ("action", action), ("impute", impute), ("k", k), ("kb", kb), ("app", app)):
+    given = {"mode": mode, "action": action, "impute": impute, "k": k, "kb": kb, "app": app, "platform": platform,
+             "workload": workload, "interval": interval}  # fmt: skip
+    for name, value in given.items():
         if value is not None:
             params[name] = value
     try:
@@ -154,6 +163,7 @@ def quality_command(
     out.print(f"median Diff {np.median(finite):+.3f} over {len(finite)} series" if finite else "no finite Diff")
 
 
+KB_COLUMNS = ("run", "app", "platform", "workload", "interval", "samples", "events", "start", "end", "source")
 kb_app = typer.Typer(help="The knowledge base: recorded runs, their events' statistics and data.", no_args_is_help=True)
 
 
@@ -164,12 +174,18 @@ def kb_add(
     ],
     app: Annotated[str, typer.Option(help="Application (workload) name.")],
     db: KbOpt = None,
+    platform: Annotated[str, typer.Option(help="Platform the run was measured on (part of the key).")] = "",
+    workload: Annotated[str, typer.Option(help="Workload class (part of the key).")] = "",
+    interval: Annotated[
+        float | None, typer.Option(help="Sampling interval in s (part of the key; default: from the samples).")
+    ] = None,
 ) -> None:
-    """Record a run: its events' min/max/mean/sd (the primary table) and its samples."""  # fmt: skip
+    """Record a run under its key (application, platform, workload class, interval): its events'
+    min/max/mean/sd (the primary table) and its samples."""  # fmt: skip
     loc = _kb_location(db)
     try:
         with KnowledgeBase(loc) as kb, console.status(f"adding {trace.name}"):
-            run = kb.add_run(app, iter_samples(trace), source=str(trace))
+            run = kb.add_run(app, iter_samples(trace), str(trace), platform, workload, interval)
             events = kb.events(run)
     except (RecordError, RuntimeError) as exc:
         raise fail(str(exc)) from None
@@ -182,13 +198,25 @@ def kb_list(db: KbOpt = None) -> None:
     with KnowledgeBase(_kb_location(db)) as kb:
         runs = kb.runs()
     t = Table(title="knowledge base runs")
-    for col in ("run", "app", "samples", "events", "start", "end", "source"):
-        t.add_column(col)
+    for col in KB_COLUMNS:  # the key's columns keep their width; the rest folds on a narrow terminal
+        key = col in ("app", "platform", "workload", "interval")
+        t.add_column(col, min_width=max([len(col), *(len(str(r[col])) for r in runs)]) if key else None)
     for r in runs:
         t.add_row(
             *(
                 str(r[c]) if r[c] is not None else "-"
-                for c in ("run", "app", "samples", "events", "start", "end", "source")
+                for c in (
+                    "run",
+                    "app",
+                    "platform",
+                    "workload",
+                    "interval",
+                    "samples",
+                    "events",
+                    "start",
+                    "end",
+                    "source",
+                )
             )
         )
     out.print(t)

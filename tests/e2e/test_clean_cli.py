@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 from perfsift.producers.synth import spmd
 from perfsift.producers.traces import write_samples
@@ -24,12 +25,12 @@ def test_clean_quality_and_the_knowledge_base(tmp_path: Path) -> None:
     cleaned = tmp_path / "clean.jsonl"
     r = perfsift("clean", str(paths["faulty"]), "--out", str(cleaned), "--action", "replace")
     assert r.returncode == 0, r.stderr[-2000:]
-    assert "nsigma" in r.stdout and "knn_impute" in r.stdout
+    assert "residual" in r.stdout and "knn_impute" in r.stdout
     records = [json.loads(line) for line in cleaned.read_text().splitlines()]
     assert len(records) == 900
     flags = [f for rec in records for f in rec["flags"] or []]
-    assert {f["rule"] for f in flags} >= {"nsigma", "knn_impute"}
-    assert sum(f["rule"] == "nsigma" for f in flags) >= 0.8 * len(truth["outliers"])
+    assert {f["rule"] for f in flags} >= {"residual", "knn_impute"}
+    assert sum(f["rule"] == "residual" for f in flags) >= 0.8 * len(truth["outliers"])
     assert all(v is not None for rec in records[30:] for v in rec["metrics"].values())  # gaps filled
 
     def median_diff(test: Path) -> float:
@@ -40,12 +41,24 @@ def test_clean_quality_and_the_knowledge_base(tmp_path: Path) -> None:
     assert median_diff(cleaned) < median_diff(paths["faulty"])
 
     db = tmp_path / "kb.sqlite"
-    r = perfsift("kb", "add", str(paths["ref"]), "--app", "cactus", "--db", str(db))
+    r = perfsift("kb", "add", str(paths["ref"]), "--app", "cactus", "--db", str(db), "--platform", "xeon")
     assert r.returncode == 0 and "run 1 of cactus: 12 events" in r.stdout, r.stderr
-    assert "cactus" in perfsift("kb", "list", "--db", str(db)).stdout
+    listing = perfsift("kb", "list", "--db", str(db)).stdout
+    assert "cactus" in listing and "xeon" in listing and "1.0" in listing  # the interval, from the samples
     assert "cpu_user" in perfsift("kb", "show", "1", "--db", str(db)).stdout
-    r = perfsift("clean", str(paths["faulty"]), "--out", str(cleaned), "--kb", str(db), "--app", "cactus")
+    key = ("--kb", str(db), "--app", "cactus", "--platform", "xeon", "--interval", "1")
+    r = perfsift("clean", str(paths["faulty"]), "--out", str(cleaned), "--action", "flag", "--mode", "none", *key)
     assert r.returncode == 0, r.stderr[-2000:]
+    maxima: dict[str, float] = {}
+    for sample in ref:
+        for m, v in sample["metrics"].items():
+            maxima[m] = max(maxima.get(m, -np.inf), v)
+    kb_flags = [(m, f) for rec in map(json.loads, cleaned.read_text().splitlines()) for f in rec["flags"] or []
+                for m in [f["metric"]] if f["rule"] == "kb_max"]  # fmt: skip
+    assert kb_flags and all(f["original"] > maxima[m] and f["threshold"] == maxima[m] for m, f in kb_flags)
+    r = perfsift("clean", str(paths["faulty"]), "--out", str(cleaned), "--mode", "none", "--kb", str(db),
+                 "--app", "cactus", "--platform", "epyc")  # fmt: skip
+    assert r.returncode == 0 and "kb_max" not in r.stdout  # another key: no maxima known
     assert perfsift("kb", "show", "7", "--db", str(db)).returncode != 0
 
 

@@ -3,12 +3,13 @@ imputation, counters, multiplexing, the knowledge base and DTW quality."""
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 
 import numpy as np
 import pytest
 from perfsift.operators import Batch, Clean
-from perfsift.producers.synth import spmd
+from perfsift.producers.synth import cyclic, multiplexed, spmd
 from perfsift.schemas import samples_to_batch
 from perfsift.streams.knowledge import KnowledgeBase, clean_params
 from perfsift.streams.quality import diff, dtw
@@ -142,6 +143,80 @@ def test_planted_outliers_are_found_with_precision_and_recall_of_ninety_percent(
     assert precision >= 0.9 and recall >= 0.9, (precision, recall)
 
 
+def test_default_filter_finds_spikes_on_cycles_and_trends_and_accepts_level_shifts() -> None:
+    samples, truth = cyclic(seed=3)
+    batch = samples_to_batch(samples)
+    op = Clean(action="flag", impute="none")
+    assert op.mode == "predict"
+    out = op.update(batch)
+    nodes = out.node_names()
+    found = {(out.ts[i], nodes[i], g["metric"]) for i, f in enumerate(out.extra["flags"]) if f for g in f}
+    spikes = {(s["ts"], s["node"], s["metric"]) for s in truth["spikes"]}
+    # a new level is flagged until it is accepted: count those flags apart from spike flags
+    after_shift = [{(sh["ts"] + d, sh["node"], sh["metric"]) for d in range(3 * op.accept_after)} - spikes
+                   for sh in truth["shifts"]]  # fmt: skip
+    shift_flags = [len(found & zone) for zone in after_shift]
+    assert len(truth["shifts"]) >= 15 and min(shift_flags) >= 1
+    assert max(shift_flags) <= op.accept_after, shift_flags
+    rest = found - set().union(*after_shift)
+    precision, recall = len(rest & spikes) / len(rest), len(found & spikes) / len(spikes)
+    assert len(spikes) > 500
+    assert precision >= 0.9 and recall >= 0.9, (precision, recall)
+    # the spec's window filter, the old default, fails on this kind of signal
+    old = Clean(mode="window", action="flag", impute="none").update(batch)
+    old_found = {(old.ts[i], nodes[i], g["metric"]) for i, f in enumerate(old.extra["flags"]) if f for g in f}
+    assert len(old_found & spikes) / len(old_found) < 0.5
+
+
+def test_predict_mode_replaces_a_spike_on_a_ramp_by_the_prediction() -> None:
+    x = 2.0 * np.arange(60) + np.sin(np.arange(60))  # a trend with some wiggle
+    x[40] += 50.0
+    out = Clean(impute="none", action="replace").update(series(x))
+    assert flagged(out) == [40]
+    assert flagged(out, "residual") == [40]
+    assert abs(out.values[40, 0] - (x[40] - 50.0)) < 3.0  # the line's one-step prediction
+
+
+def test_partial_reference_rows_and_f_min_as_the_spec_says() -> None:
+    nan = np.nan
+    rows = [[10.0, 1.0, nan], [20.0, 1.0, 5.0], [30.0, 2.0, 5.0], [nan, 1.0, 5.0]]  # columns e, f1, f2
+    b = Batch.from_columns(ts=np.arange(4.0), nodes=["a"] * 4, metrics=["e", "f1", "f2"], values=np.array(rows))
+
+    def imputed(f_min: int) -> tuple[float, str]:
+        out = Clean(mode="none", f_min=f_min).update(b)
+        return float(out.values[3, 0]), out.extra["flags"][3][0]["rule"]
+
+    # every candidate has f1, not all have f2: with f_min = 1 the shared set {f1} is enough and
+    # rows 0 and 1 match exactly; with f_min = 2 each candidate's own features count, row 0 (f1
+    # only) is not usable, and row 1 matches on both
+    assert imputed(1) == (15.0, "knn_impute")
+    assert imputed(2) == (20.0, "knn_impute")
+
+
+def test_knn_imputes_multiplexed_counters_from_partial_rows() -> None:
+    samples, truth = multiplexed(nodes=8, events=6, samples=400, seed=1)
+    b = samples_to_batch(samples)
+    cols = [b.metrics.index(m) for m in truth["metrics"]]
+    gaps = np.isnan(b.values[:, cols])
+    true = truth["values"].reshape(-1, len(cols))[gaps]
+    assert gaps.sum(axis=1).min() >= 1  # no sample is complete
+
+    def imputed(impute: str) -> tuple[np.ndarray, Batch]:
+        out = Clean(mode="none", impute=impute).update(b)
+        return out.values[:, cols][gaps], out
+
+    knn, out = imputed("knn")
+    last, _ = imputed("last")
+    rules = [g["rule"] for f in out.extra["flags"] if f for g in f]
+    assert rules.count("knn_impute") >= 0.95 * gaps.sum()
+    assert set(rules) <= {"knn_impute", "last_value", "no_reference"}
+    ok = ~np.isnan(last)
+    assert np.isnan(knn).sum() == rules.count("no_reference")  # the rest is explained in flags
+    rmse_knn = np.sqrt(np.mean((knn[ok] - true[ok]) ** 2))
+    rmse_last = np.sqrt(np.mean((last[ok] - true[ok]) ** 2))
+    assert rmse_knn <= 0.5 * rmse_last, (rmse_knn, rmse_last)
+
+
 def test_knn_imputation_beats_mean_replacement_at_least_twofold() -> None:
     samples, truth = spmd("cactus", nodes=8, duration=1200, seed=6, missing=0.05)
     full, _ = spmd("cactus", nodes=8, duration=1200, seed=6)
@@ -209,6 +284,36 @@ def test_knowledge_base_thresholds_and_training_rows(tmp_path: Path) -> None:
     assert imputed.values[0, imputed.metrics.index("cpu_user")] == pytest.approx(
         base[-1]["metrics"]["cpu_user"], rel=0.1
     )
+
+
+def test_the_knowledge_base_is_keyed_and_reads_every_run_of_a_key(tmp_path: Path) -> None:
+    db = str(tmp_path / "kb.sqlite")
+    old = sqlite3.connect(db)  # the layout before runs were keyed: it is brought up to date
+    old.execute("CREATE TABLE runs (run_id INTEGER PRIMARY KEY, app TEXT NOT NULL, source TEXT, added_at REAL, "
+                "start_ts REAL, end_ts REAL, samples INTEGER)")  # fmt: skip
+    old.commit()
+    old.close()
+    one, _ = spmd("cactus", nodes=2, duration=60, seed=1)
+    two, _ = spmd("cactus", nodes=2, duration=60, seed=2, t0=1.8e9)
+    other, _ = spmd("cactus", nodes=2, duration=60, seed=3, interval=5.0)
+    big = [{**s, "metrics": {**s["metrics"], "cpu_user": 1e6}} for s in other]
+    with KnowledgeBase(db) as kb:
+        kb.add_run("cactus", one, platform="xeon", workload="small")
+        kb.add_run("cactus", two, platform="xeon", workload="small")
+        kb.add_run("cactus", big, platform="xeon", workload="small")  # interval 5 s: another key
+        kb.add_run("cactus", big, platform="epyc", workload="small", interval=1.0)
+        assert [r["interval"] for r in kb.runs()] == [1.0, 1.0, 5.0, 1.0]
+        key = ("xeon", "small", 1.0)
+        users = [s["metrics"]["cpu_user"] for s in one + two]
+        assert kb.maxima("cactus", *key)["cpu_user"] == max(users)
+        assert kb.maxima("cactus", "xeon", "small")["cpu_user"] == 1e6  # no interval given: any
+        names, rows = kb.reference_rows("cactus", 1000, *key)
+        assert len(rows) == len(one) + len(two)  # both runs of the key, nothing of the others
+        assert set(rows[:, names.index("cpu_user")]) == set(users)
+    params = clean_params({"kb": db, "app": "cactus", "platform": "xeon", "workload": "small", "interval": 1.0})
+    assert params["history"].maxima["cpu_user"] == max(users)
+    with pytest.raises(ValueError, match="give kb and app"):
+        clean_params({"platform": "xeon"})
 
 
 def test_bad_parameters_are_refused() -> None:

@@ -107,3 +107,29 @@ def test_master_worker_ground_truth_holds_in_the_data() -> None:
     )
     assert np.median(rate[("n02", True)]) == pytest.approx(np.median(rate[("n02", False)]), rel=0.05)
     assert t0 == 1.7e9
+
+
+def test_cyclic_ground_truth_holds_in_the_data() -> None:
+    from perfsift.producers.synth import cyclic
+
+    samples, truth = cyclic(nodes=8, metrics=6, samples=3000, seed=2)
+    b = samples_to_batch(samples)
+    x = b.values[:, [b.metrics.index(m) for m in truth["metrics"]]].reshape(3000, 8, 6)
+    clean, amp = truth["values"], truth["amplitude"]
+    spike = np.zeros(x.shape, dtype=bool)
+    for s in truth["spikes"]:
+        p, j = int(s["node"][1:]), truth["metrics"].index(s["metric"])
+        spike[s["step"], p, j] = True
+        assert x[s["step"], p, j] - clean[s["step"], p, j] == pytest.approx(s["size"])
+        assert 0.5 <= abs(s["size"]) / amp[p, j] <= 3.0
+    ok = ~np.isnan(x) & ~spike
+    assert np.array_equal(x[ok], clean[ok])  # nothing else is disturbed
+    assert 0.005 < np.isnan(x).mean() < 0.015 and len(truth["spikes"]) > 500
+    signs = {s["size"] > 0 for s in truth["spikes"]}
+    assert signs == {True, False}
+    for sh in truth["shifts"]:  # a sustained new level: the mean moves by the shift's size
+        p, j, t = int(sh["node"][1:]), truth["metrics"].index(sh["metric"]), sh["step"]
+        jump = clean[t : t + 5, p, j].mean() - clean[t - 5 : t, p, j].mean()
+        assert abs(jump - sh["size"]) < 0.5 * abs(sh["size"])
+    noise = np.diff(clean, axis=0).std(axis=0) / np.sqrt(2) / amp  # the cycles are smooth at this lag
+    assert 0.015 < np.median(noise) < 0.07
