@@ -178,8 +178,9 @@ class DataReduction(Decider):
     """
 
     output = "selection"
-    #: 2: pending buckets hold the raw values (exact bucket means), not per-batch means
-    STATE_VERSION = 2
+    #: 2: pending buckets hold the raw values (exact bucket means), not per-batch means;
+    #: 3: each co-moment block has its own shift (blocks merge as centred statistics)
+    STATE_VERSION = 3
 
     def __init__(
         self,
@@ -383,7 +384,6 @@ class DataReduction(Decider):
                 }
             )
             arrays[f"{i}_x"], arrays[f"{i}_y"], arrays[f"{i}_t"] = st.ring_x, st.ring_y, st.ring_t
-            arrays[f"{i}_shift"] = m.shift
             for bi, blk in enumerate(m.ring):
                 for k, v in blk.items():
                     arrays[f"{i}_b{bi}_{k}"] = v
@@ -403,11 +403,9 @@ class DataReduction(Decider):
             m = st.moments
             m.names = list(j["moment_names"])
             m.index = {n: k for k, n in enumerate(m.names)}
-            m.shift = arrays[f"{i}_shift"].copy()
             m.rows_in_newest = j["rows_in_newest"]
-            m.ring = [
-                {k: arrays[f"{i}_b{bi}_{k}"].copy() for k in ("n", "s", "q", "p", "rows")} for bi in range(j["blocks"])
-            ]
+            keys = ("n", "s", "q", "p", "shift", "rows")
+            m.ring = [{k: arrays[f"{i}_b{bi}_{k}"].copy() for k in keys} for bi in range(j["blocks"])]
             c = j["clustering"]
             if c is not None:
                 st.clustering = Clustering(
