@@ -10,7 +10,8 @@ from perfsift.operators.redundancy import PairwiseMoments, cluster_features, con
 from perfsift.operators.regression import backward_elimination, refit_r2
 from perfsift.operators.selection import DataReduction, bucket_rows, reduce_metrics
 from perfsift.producers.synth import gridftp
-from perfsift.schemas import samples_to_batch
+from perfsift.schemas import AvroCodec, samples_to_batch
+from perfsift.streams.evaluation import evaluate_reduction
 
 
 @pytest.mark.parametrize(
@@ -231,7 +232,7 @@ def test_streaming_operator_emits_versioned_selections_without_flapping() -> Non
     last = recs[-1]
     assert last["kind"] == "reduction" and last["job"] == "gridftp"
     assert len(set(last["selected"]) & {"srv1/net_in", "srv1/pkts_in"}) == 1
-    assert last["r2"] > 0.9 and 0 <= last["reduction_degree"] <= 1
+    assert last["r2_train"] > 0.9 and 0 <= last["reduction_degree"] <= 1
     assert all(0 <= v <= 1 for v in last["scores"].values())
 
 
@@ -260,7 +261,7 @@ def test_messy_traces_give_clear_outcomes_never_nan() -> None:
     recs = [r for b in stream_batches(gaps) for r in op.update(b)]
     assert recs
     for r in recs:
-        assert np.isfinite(r["r2"]) and np.isfinite(r["reduction_degree"])
+        assert np.isfinite(r["r2_train"]) and np.isfinite(r["reduction_degree"])
         assert all(np.isfinite(v) for v in r["scores"].values())
     assert any(f.startswith("srv2/") for f in recs[-1]["scores"])  # the late node was taken in
     # with no response at all: nothing to select against, and no record rather than a crash
@@ -356,3 +357,34 @@ def test_a_metric_that_jumped_to_1e9_plus_minus_1_is_kept_and_selected() -> None
     job = op.jobs_["j"]
     assert job.clustering is not None and job.clustering.zero_variation == []  # the window is past the jump
     assert recs[-1]["selected"] == ["n/jumped"]
+
+
+def test_a_regression_that_cannot_run_says_why_instead_of_r2_0_and_rd_1() -> None:
+    rng = np.random.default_rng(3)
+    x, y = rng.normal(size=(6, 8)), rng.normal(size=6)  # 8 candidates, 6 rows: n < p + 2
+    res = reduce_metrics(x, y, [f"f{i}" for i in range(8)], threshold=0.99)
+    assert res["selected"] == [] and res["r2_train"] is None and res["reduction_degree"] is None
+    assert res["reason"] == "need at least p + 2 = 10 complete rows, have 6"
+    ev = evaluate_reduction((x, y, [f"f{i}" for i in range(8)]), [(x, y, [f"f{i}" for i in range(8)])], 0.99)
+    assert ev["r2_verify"] == [None] and ev["adj_r2_verify"] == [None] and "rand" not in ev
+
+
+def test_streaming_records_say_what_was_measured_and_compare_with_rand() -> None:
+    """A real predictor: the held-out R² is high and no random subset does as well; a response that
+    is pure noise: the held-out R² is no better than RAND's (p-value far above 0.05)."""
+    s, _ = gridftp(seed=3, duration=900)
+    op = DataReduction(perf_metric="transfer_rate", window=400, quadratic=True, f_out=6.63)
+    last = [r for b in stream_batches(s) for r in op.update(b)][-1]
+    assert last["r2_holdout"] > 0.85 and last["adj_r2_train"] <= last["r2_train"]
+    assert last["rand_p_value"] <= 0.05 and last["rand_r2_mean"] < last["r2_holdout"] - 0.2
+    assert last["diagnostics"]["holdout_rows"] == 80  # the newest 20 % of the 400-row window
+    AvroCodec("selection").encode(last)  # the schema accepts the record
+    rng = np.random.default_rng(0)
+    for x in s:
+        if x["node"] == "app":
+            x["metrics"]["transfer_rate"] = float(rng.normal())
+    op = DataReduction(perf_metric="transfer_rate", window=400, f_out=1.0)  # F_out 1 lets noise in
+    recs = [r for b in stream_batches(s) for r in op.update(b)]
+    noisy = [r for r in recs if r["selected"]]
+    assert len(noisy) >= 10 and np.median([r["r2_holdout"] for r in noisy]) < 0.05
+    assert np.mean([r["rand_p_value"] for r in noisy]) > 0.2
