@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 import scipy.optimize
+from scipy.stats import chi2
 
 
 def _delta(k: int) -> np.ndarray:
@@ -103,6 +104,17 @@ def sphere(x: np.ndarray, eps_eig: float = 1e-6) -> Sphered:
     return Sphered(z, kept, vec[:, :d], lam[:d], lam, truncated=d < count)
 
 
+def auto_trim_limit(n: int, d: int, alpha: float = 0.01) -> float:
+    """Radius beyond which a sphered row is an outlier: ‖z‖² of a Gaussian row is χ²_d, so the
+    (1 − alpha/n) quantile leaves all n rows of pure Gaussian data untouched with probability
+    about 1 − alpha, at any dimension d (a fixed 3 trims most Gaussian rows once d > 9).
+
+    >>> round(auto_trim_limit(100, 3), 2), round(auto_trim_limit(100, 24), 2)
+    (4.59, 7.66)
+    """
+    return float(np.sqrt(chi2.ppf(1 - alpha / max(n, 1), max(d, 1))))
+
+
 def trim_rows(z: np.ndarray, mode: str, limit: float = 3.0, form: str = "scaled") -> tuple[np.ndarray, np.ndarray, int]:
     """Shrink (``log``/``sqrt``) or ``remove`` rows with ‖z‖ > limit, then re-sphere (§1.2 step 5).
 
@@ -183,7 +195,7 @@ def projection_pursuit(
     seed: int = 0,
     restarts: int = 10,
     trim: str = "auto",
-    trim_limit: float = 3.0,
+    trim_limit: float | None = None,
     trim_form: str = "scaled",
     cumulants: str = "kstat",
     pp3_compat: bool = False,
@@ -242,8 +254,9 @@ def projection_pursuit(
     if d < dims:
         return skipped(f"only {d} sphered dimensions (need {dims}; rows {n})")
     mode = ("log" if n < 100 * d else "none") if trim == "auto" else trim
-    zi, t_mat, n_trim = trim_rows(sph.z, mode, trim_limit, trim_form)
-    diag.update(trim=mode, trimmed_rows=n_trim)
+    limit = trim_limit if trim_limit is not None else auto_trim_limit(n, d)
+    zi, t_mat, n_trim = trim_rows(sph.z, mode, limit, trim_form)
+    diag.update(trim=mode, trimmed_rows=n_trim, trim_limit=limit)
     if len(zi) < max(8, 2 * d + 1):
         return skipped("too few rows")
 
