@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 from perfsift.operators.base import Decider
 from perfsift.operators.batch import Batch
-from perfsift.operators.projection import PursuitResult, flat_diagnostics, projection_pursuit
+from perfsift.operators.projection import PursuitResult, across_processors, flat_diagnostics, projection_pursuit
 
 
 class _JobState:
@@ -62,13 +62,8 @@ class ProjectionPursuit(Decider):
     h_max : int
         Most snapshots stacked per node.
     snapshot_norm : str
-        What each stacked snapshot (one time, all processors) is relative to: ``"scale"``
-        (default: minus its mean across processors and divided by its spread across them),
-        ``"centre"`` (minus the mean only) or ``"none"`` (raw values: variation over time counts as
-        structure too). Centred, only differences *between processors* count: a metric identical
-        on all processors at every instant has zero variance however it moves in time, and is
-        never selected. Scaling also stops a common trend's changing amplitude from making the
-        stacked noise of a metric heavy-tailed (docs/pursuit.md has the numbers).
+        Each stacked snapshot relative to the processors: ``"scale"`` (default), ``"centre"`` or
+        ``"none"``; see :func:`~perfsift.operators.projection.across_processors`.
     target_rows_per_dim : int
         h = ceil(target_rows_per_dim · n_eff / P), capped by ``h_max`` and by what is available.
     n_max : int
@@ -148,7 +143,7 @@ class ProjectionPursuit(Decider):
         if self.window < 1 or self.h_max < 1 or self.rounds < 1 or self.restarts < 1:
             raise ValueError("window, h_max, rounds and restarts must be >= 1")
         if self.snapshot_norm not in ("centre", "scale", "none"):
-            raise ValueError(f"snapshot_norm must be 'centre', 'scale' or 'none', got {self.snapshot_norm!r}")
+            raise ValueError(f"snapshot_norm must be centre, scale or none, got {self.snapshot_norm!r}")
         if self.row_mode not in ("stacked", "processors"):
             raise ValueError(f"row_mode must be 'stacked' or 'processors', got {self.row_mode!r}")
         if self.dims not in (1, 2, 3):
@@ -331,15 +326,10 @@ class ProjectionPursuit(Decider):
         live_a, newest_a, avail_a = np.array(live), np.array(newest), np.array(avail)
 
         def snapshots(h: int) -> np.ndarray:
-            """Snapshot j of every node (its j-th newest, w samples apart), for j < h: one block
-            per j, normalised across the nodes that have it (``snapshot_norm``)."""
-            parts = []
-            for j in range(h):
-                has = avail_a > j
-                if has.sum() < 2 and j > 0:
-                    break
-                parts.append(self._normalise(st.ring[live_a[has], (newest_a[has] - w * j) % cap]))
-            return np.concatenate(parts, axis=0)
+            """Snapshot j (the j-th newest, w samples apart) of every node that has it, for j < h."""
+            keep = [j for j in range(h) if j == 0 or (avail_a > j).sum() >= 2]
+            rows = [(live_a[avail_a > j], (newest_a[avail_a > j] - w * j) % cap) for j in keep]
+            return np.concatenate([across_processors(st.ring[k, p], self.snapshot_norm) for k, p in rows], axis=0)
 
         if self.row_mode == "processors":
             h = 1
@@ -357,21 +347,6 @@ class ProjectionPursuit(Decider):
         info["snapshots"] = h
         order = sorted(range(len(st.metrics)), key=st.metrics.__getitem__)
         return x[:, order], [st.metrics[j] for j in order], info
-
-    def _normalise(self, snap: np.ndarray) -> np.ndarray:
-        """One snapshot (nodes × metrics) relative to the processors (see ``snapshot_norm``); a
-        metric equal on all nodes becomes exactly 0, never a rounding residue of its mean."""
-        if self.snapshot_norm == "none":
-            return snap
-        with warnings.catch_warnings():  # a metric missing on every node: NaN stays NaN
-            warnings.simplefilter("ignore", RuntimeWarning)
-            centred = snap - np.nanmean(snap, axis=0)
-            same = np.nanmax(snap, axis=0) == np.nanmin(snap, axis=0)
-            centred[:, same] = np.where(np.isnan(snap[:, same]), np.nan, 0.0)
-            if self.snapshot_norm == "scale":
-                sd = np.nanstd(snap, axis=0)
-                centred = centred / np.where(sd > 0, sd, 1.0)
-        return centred
 
     def _analyse(self, job: str, st: _JobState, period: int) -> dict[str, Any]:
         start, end = period * self.period, (period + 1) * self.period

@@ -113,7 +113,14 @@ def test_constant_and_missing_metrics_never_break_a_period() -> None:
 
 
 def test_bad_parameters_are_refused() -> None:
-    for bad in ({"period": 0}, {"row_mode": "rows"}, {"dims": 4}, {"trim": "x"}, {"optimizer": "bfgs"}):
+    for bad in (
+        {"period": 0},
+        {"row_mode": "rows"},
+        {"dims": 4},
+        {"trim": "x"},
+        {"optimizer": "bfgs"},
+        {"snapshot_norm": "x"},
+    ):
         with pytest.raises(ValueError):
             ProjectionPursuit(**bad).reset()
 
