@@ -98,7 +98,7 @@ def main() -> None:
                     "target": "<= 2 s",
                 },
                 {
-                    "measure": "state: block ring (8 blocks x 4 pairwise sums) + raw window",
+                    "measure": "state: block ring (8 blocks x 4 pairwise sums + a shift each; Chan merge) + raw window",
                     "value": f"{state_mb:.0f} MiB + {raw_mb:.1f} MiB",
                     "target": "reported",
                 },

@@ -14,11 +14,13 @@ The streaming operator that runs it per job and period is
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import scipy.optimize
+from scipy.stats import chi2
 
 
 def _delta(k: int) -> np.ndarray:
@@ -103,6 +105,41 @@ def sphere(x: np.ndarray, eps_eig: float = 1e-6) -> Sphered:
     return Sphered(z, kept, vec[:, :d], lam[:d], lam, truncated=d < count)
 
 
+def across_processors(snap: np.ndarray, norm: str = "scale") -> np.ndarray:
+    """One snapshot (processors × metrics, NaN = missing) relative to the processors: ``"centre"``
+    subtracts each metric's mean across them, ``"scale"`` also divides by its spread, ``"none"``
+    leaves it. Centred, only differences *between processors* count: a metric identical on all
+    processors becomes exactly 0 (not a rounding residue of its mean), has zero variance however
+    it moves in time, and is never selected. Scaling also stops a common trend's changing
+    amplitude from making the stacked noise of a metric heavy-tailed (docs/pursuit.md).
+
+    >>> across_processors(np.array([[1.0, 5.0], [3.0, 5.0]])).tolist()
+    [[-1.0, 0.0], [1.0, 0.0]]
+    """
+    if norm == "none":
+        return snap
+    with warnings.catch_warnings():  # a metric missing on every processor: NaN stays NaN
+        warnings.simplefilter("ignore", RuntimeWarning)
+        centred = snap - np.nanmean(snap, axis=0)
+        same = np.nanmax(snap, axis=0) == np.nanmin(snap, axis=0)
+        centred[:, same] = np.where(np.isnan(snap[:, same]), np.nan, 0.0)
+        if norm == "scale":
+            sd = np.nanstd(snap, axis=0)
+            centred = centred / np.where(sd > 0, sd, 1.0)
+    return centred
+
+
+def auto_trim_limit(n: int, d: int, alpha: float = 0.01) -> float:
+    """Radius beyond which a sphered row is an outlier: ‖z‖² of a Gaussian row is χ²_d, so the
+    (1 − alpha/n) quantile leaves all n rows of pure Gaussian data untouched with probability
+    about 1 − alpha, at any dimension d (a fixed 3 trims most Gaussian rows once d > 9).
+
+    >>> round(auto_trim_limit(100, 3), 2), round(auto_trim_limit(100, 24), 2)
+    (4.59, 7.66)
+    """
+    return float(np.sqrt(chi2.ppf(1 - alpha / max(n, 1), max(d, 1))))
+
+
 def trim_rows(z: np.ndarray, mode: str, limit: float = 3.0, form: str = "scaled") -> tuple[np.ndarray, np.ndarray, int]:
     """Shrink (``log``/``sqrt``) or ``remove`` rows with ‖z‖ > limit, then re-sphere (§1.2 step 5).
 
@@ -183,7 +220,7 @@ def projection_pursuit(
     seed: int = 0,
     restarts: int = 10,
     trim: str = "auto",
-    trim_limit: float = 3.0,
+    trim_limit: float | None = None,
     trim_form: str = "scaled",
     cumulants: str = "kstat",
     pp3_compat: bool = False,
@@ -242,8 +279,9 @@ def projection_pursuit(
     if d < dims:
         return skipped(f"only {d} sphered dimensions (need {dims}; rows {n})")
     mode = ("log" if n < 100 * d else "none") if trim == "auto" else trim
-    zi, t_mat, n_trim = trim_rows(sph.z, mode, trim_limit, trim_form)
-    diag.update(trim=mode, trimmed_rows=n_trim)
+    limit = trim_limit if trim_limit is not None else auto_trim_limit(n, d)
+    zi, t_mat, n_trim = trim_rows(sph.z, mode, limit, trim_form)
+    diag.update(trim=mode, trimmed_rows=n_trim, trim_limit=limit)
     if len(zi) < max(8, 2 * d + 1):
         return skipped("too few rows")
 

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 from perfsift.operators.base import Decider
 from perfsift.operators.batch import Batch
-from perfsift.operators.projection import PursuitResult, flat_diagnostics, projection_pursuit
+from perfsift.operators.projection import PursuitResult, across_processors, flat_diagnostics, projection_pursuit
 
 
 class _JobState:
@@ -61,6 +61,9 @@ class ProjectionPursuit(Decider):
         ``"processors"`` (the paper: N = P, the newest snapshot only).
     h_max : int
         Most snapshots stacked per node.
+    snapshot_norm : str
+        Each stacked snapshot relative to the processors: ``"scale"`` (default), ``"centre"`` or
+        ``"none"``; see :func:`~perfsift.operators.projection.across_processors`.
     target_rows_per_dim : int
         h = ceil(target_rows_per_dim · n_eff / P), capped by ``h_max`` and by what is available.
     n_max : int
@@ -86,7 +89,7 @@ class ProjectionPursuit(Decider):
 
     output = "selection"
 
-    STATE_VERSION = 2
+    STATE_VERSION = 2  # the state holds raw rows: snapshot_norm changes no state
 
     def __init__(
         self,
@@ -94,10 +97,11 @@ class ProjectionPursuit(Decider):
         window: int = 5,
         row_mode: str = "stacked",
         h_max: int = 10,
+        snapshot_norm: str = "scale",
         target_rows_per_dim: int = 50,
         n_max: int = 4000,
         trim: str = "auto",
-        trim_limit: float = 3.0,
+        trim_limit: float | None = None,
         cumulants: str = "kstat",
         pp3_compat: bool = False,
         restarts: int = 10,
@@ -112,6 +116,7 @@ class ProjectionPursuit(Decider):
         self.window = window
         self.row_mode = row_mode
         self.h_max = h_max
+        self.snapshot_norm = snapshot_norm
         self.target_rows_per_dim = target_rows_per_dim
         self.n_max = n_max
         self.trim = trim
@@ -137,6 +142,8 @@ class ProjectionPursuit(Decider):
             raise ValueError(f"period must be > 0 seconds, got {self.period}")
         if self.window < 1 or self.h_max < 1 or self.rounds < 1 or self.restarts < 1:
             raise ValueError("window, h_max, rounds and restarts must be >= 1")
+        if self.snapshot_norm not in ("centre", "scale", "none"):
+            raise ValueError(f"snapshot_norm must be centre, scale or none, got {self.snapshot_norm!r}")
         if self.row_mode not in ("stacked", "processors"):
             raise ValueError(f"row_mode must be 'stacked' or 'processors', got {self.row_mode!r}")
         if self.dims not in (1, 2, 3):
@@ -316,13 +323,13 @@ class ProjectionPursuit(Decider):
         if not live:
             return np.zeros((0, len(st.metrics))), st.metrics, info
 
+        live_a, newest_a, avail_a = np.array(live), np.array(newest), np.array(avail)
+
         def snapshots(h: int) -> np.ndarray:
-            parts = []
-            for i, k in enumerate(live):
-                take = min(h, avail[i])
-                pos = (newest[i] - w * np.arange(take)) % cap
-                parts.append(st.ring[k, pos])
-            return np.concatenate(parts, axis=0)
+            """Snapshot j (the j-th newest, w samples apart) of every node that has it, for j < h."""
+            keep = [j for j in range(h) if j == 0 or (avail_a > j).sum() >= 2]
+            rows = [(live_a[avail_a > j], (newest_a[avail_a > j] - w * j) % cap) for j in keep]
+            return np.concatenate([across_processors(st.ring[k, p], self.snapshot_norm) for k, p in rows], axis=0)
 
         if self.row_mode == "processors":
             h = 1
@@ -437,7 +444,11 @@ class ProjectionPursuit(Decider):
             "selected": list(st.selected),
             "scores": dict(st.scores),
             "index": st.index,
-            "r2": None,
+            "r2_train": None,
+            "adj_r2_train": None,
+            "r2_holdout": None,
+            "rand_r2_mean": None,
+            "rand_p_value": None,
             "reduction_degree": None,
             "clusters": [],
             "skipped": skipped,

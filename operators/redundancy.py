@@ -2,13 +2,17 @@
 incremental correlations and redundant-metric elimination by Fisher-z correlation clustering.
 
 **Co-moments with missing values [deviation].** Real traces have gaps and features that start late,
-so correlations are *pairwise complete*: each pair uses the rows where both are present. The state
-keeps, per block of rows, the sums ``n_jk = Σ m_j m_k``, ``s_jk = Σ x_j m_k``, ``q_jk = Σ x_j² m_k``
-and ``p_jk = Σ x_j x_k`` (m = presence mask, x = value minus a fixed per-feature shift, the first
-value seen - §0.2's shift c). A batch costs four GEMMs; merging blocks is exact addition, so the
+so correlations are *pairwise complete*: each pair uses the rows where both are present. Each block
+of rows keeps the sums ``n_jk = Σ m_j m_k``, ``s_jk = Σ x_j m_k``, ``q_jk = Σ x_j² m_k`` and
+``p_jk = Σ x_j x_k`` (m = presence mask, x = value minus the *block's own* first value of the
+feature); a batch costs four GEMMs. The blocks are combined as centred statistics by Chan et al.'s
+pairwise merge (§0.2), never as raw sums, so a shift is only ever used within the block whose
+first value it is: a level, a drift or a jump (0 → 1e9 ± 1) keeps its variance to rounding. The
 block-ring window of §0.2 (K blocks of L/K rows) and any partition of the stream give the same
-result as one pass over the window. Co-moments are formed from the shifted sums, which removes
-the cancellation the spec warns about for counters around 1e9.
+result as one pass over the window. The one residual loss: within one block, a pair whose rows
+start after the feature's first value *and* sit far from it (a feature that jumped inside the block
+while its partner was absent) pays ``eps · (jump / spread)²``; a feature's own variance is always
+within ``eps · (1 + L/K)`` relative.
 """
 
 from __future__ import annotations
@@ -38,12 +42,29 @@ def fisher_z(r: npt.ArrayLike, n: npt.ArrayLike, threshold: float) -> np.ndarray
 class PairwiseMoments:
     """Pairwise-complete co-moments of a growing set of features over a block-ring window of rows.
 
+    Each block keeps the pairwise sums of its rows shifted by the block's own first value of each
+    feature (four GEMMs per batch); a block is turned into centred statistics (count, pairwise
+    means, sums of squares and co-moment about those means) and the blocks are combined by the
+    pairwise merge of Chan, Golub and LeVeque. A level, a drift or a jump therefore never meets a
+    stale shift: a feature that jumped from 0 to 1e9 ± 1 keeps its variance of 1.
+
     Parameters
     ----------
     window : int or None
         Rows L in the window (None = all rows ever seen).
     blocks : int
         K blocks in the ring (K must divide L); the window covers between L − L/K + 1 and L rows.
+
+    Examples
+    --------
+    >>> rng = np.random.default_rng(0)
+    >>> u = rng.normal(size=400)
+    >>> x = np.stack([np.r_[np.zeros(200), 1e9 + u[200:]], u], axis=1)
+    >>> pm = PairwiseMoments(window=160, blocks=8)
+    >>> pm.add(x, ["jumped", "noise"])
+    >>> s = pm.stats()
+    >>> round(float(s["sd"][0] / np.std(x[-160:, 0])), 12), round(float(s["r"][0, 1]), 12)
+    (1.0, 1.0)
     """
 
     def __init__(self, window: int | None = 1000, blocks: int = 8) -> None:
@@ -53,8 +74,7 @@ class PairwiseMoments:
         self.blocks = blocks
         self.names: list[str] = []
         self.index: dict[str, int] = {}
-        self.shift = np.zeros(0)
-        self.ring: list[dict[str, np.ndarray]] = []  # oldest first; each: n, s, q, p, rows
+        self.ring: list[dict[str, np.ndarray]] = []  # oldest first; each: n, s, q, p, shift, rows
         self.rows_in_newest = 0
 
     # -- features ----------------------------------------------------------------------------------
@@ -66,10 +86,10 @@ class PairwiseMoments:
                 self.index[n] = len(self.names)
                 self.names.append(n)
             grow = len(new)
-            self.shift = np.concatenate([self.shift, np.full(grow, np.nan)])
             for b in self.ring:
                 for key in ("n", "s", "q", "p"):
                     b[key] = np.pad(b[key], ((0, grow), (0, grow)))
+                b["shift"] = np.concatenate([b["shift"], np.full(grow, np.nan)])
         return np.array([self.index[n] for n in names], dtype=np.int64)
 
     # -- data --------------------------------------------------------------------------------------
@@ -79,10 +99,6 @@ class PairwiseMoments:
         d = len(self.names)
         x = np.full((len(values), d), np.nan)
         x[:, cols] = values
-        unset = np.isnan(self.shift) & ~np.isnan(x).all(axis=0)
-        if unset.any():  # shift = first value seen of each feature
-            first = np.argmax(~np.isnan(x), axis=0)
-            self.shift[unset] = x[first[unset], np.nonzero(unset)[0]]
         start = 0
         while start < len(x):
             if not self.ring or (self.window is not None and self.rows_in_newest >= self.window // self.blocks):
@@ -95,14 +111,21 @@ class PairwiseMoments:
 
     def _open_block(self, d: int) -> None:
         z = np.zeros((d, d))
-        self.ring.append({"n": z.copy(), "s": z.copy(), "q": z.copy(), "p": z.copy(), "rows": np.zeros(1)})
+        block = {k: z.copy() for k in ("n", "s", "q", "p")}
+        self.ring.append({**block, "shift": np.full(d, np.nan), "rows": np.zeros(1)})
         self.rows_in_newest = 0
         if len(self.ring) > self.blocks:
             self.ring.pop(0)
 
-    def _accumulate(self, block: dict[str, np.ndarray], x: np.ndarray) -> None:
-        m = (~np.isnan(x)).astype(np.float64)
-        xs = np.where(m > 0, x - np.nan_to_num(self.shift), 0.0)
+    @staticmethod
+    def _accumulate(block: dict[str, np.ndarray], x: np.ndarray) -> None:
+        present = ~np.isnan(x)
+        unset = np.isnan(block["shift"]) & present.any(axis=0)
+        if unset.any():  # the block's shift: its first value of each feature
+            first = np.argmax(present, axis=0)
+            block["shift"][unset] = x[first[unset], np.nonzero(unset)[0]]
+        m = present.astype(np.float64)
+        xs = np.where(present, x - np.nan_to_num(block["shift"]), 0.0)
         block["n"] += m.T @ m
         block["s"] += xs.T @ m
         block["q"] += (xs * xs).T @ m
@@ -110,12 +133,54 @@ class PairwiseMoments:
         block["rows"] += len(x)
 
     # -- statistics ---------------------------------------------------------------------------------
-    def totals(self) -> dict[str, np.ndarray]:
-        d = len(self.names)
-        out = {k: np.zeros((d, d)) for k in ("n", "s", "q", "p")}
+    @staticmethod
+    def _centred(block: dict[str, np.ndarray], ref: np.ndarray) -> dict[str, np.ndarray]:
+        """One block as pairwise count ``n``, means ``mean[j, k]`` (of j over the rows where j and k
+        are present, minus ``ref[j]``: means near 1e12 would lose the digits the merge needs),
+        sums of squares ``m2[j, k]`` about them and co-moments ``c``."""
+        n, s = block["n"], block["s"]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            rel = np.where(n > 0, s / n, 0.0)
+        return {
+            "n": n,
+            "mean": rel + np.nan_to_num(block["shift"] - ref)[:, None],
+            "m2": np.maximum(block["q"] - rel * s, 0.0),
+            "c": block["p"] - rel * s.T,
+        }
+
+    @staticmethod
+    def _merge(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Chan et al.'s pairwise merge, elementwise over the pairs."""
+        n = a["n"] + b["n"]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            w = np.where(n > 0, b["n"] / n, 0.0)
+        delta = b["mean"] - a["mean"]
+        f = a["n"] * w  # n_a n_b / n
+        return {
+            "n": n,
+            "mean": a["mean"] + delta * w,
+            "m2": a["m2"] + b["m2"] + delta * delta * f,
+            "c": a["c"] + b["c"] + delta * delta.T * f,
+        }
+
+    def reference(self) -> np.ndarray:
+        """Per feature, the first block shift in the ring (0 for a feature with no value yet)."""
+        ref = np.full(len(self.names), np.nan)
         for b in self.ring:
-            for k in out:
-                out[k] += b[k]
+            ref = np.where(np.isnan(ref), b["shift"], ref)
+        return np.nan_to_num(ref)
+
+    def totals(self) -> dict[str, np.ndarray]:
+        """The window's pairwise ``n``, ``mean`` (minus :meth:`reference`), ``m2`` and ``c``
+        (see :meth:`_centred`)."""
+        d = len(self.names)
+        if not self.ring:
+            z = np.zeros((d, d))
+            return {"n": z, "mean": z.copy(), "m2": z.copy(), "c": z.copy()}
+        ref = self.reference()
+        out = self._centred(self.ring[0], ref)
+        for b in self.ring[1:]:
+            out = self._merge(out, self._centred(b, ref))
         return out
 
     @property
@@ -126,17 +191,15 @@ class PairwiseMoments:
         """Pairwise counts ``n``, correlations ``r`` (clipped to [-1, 1], NaN where undefined),
         and per-feature count, mean and population standard deviation."""
         t = self.totals()
-        n, s, q, p = t["n"], t["s"], t["q"], t["p"]
+        n, m2 = t["n"], t["m2"]
         with np.errstate(invalid="ignore", divide="ignore"):
-            mean_j = s / n  # mean of j over rows where k present
-            cov = p / n - mean_j * mean_j.T  # co-moment / n over the pairwise rows
-            var_j = q / n - mean_j**2
-            r = cov / np.sqrt(var_j * var_j.T)
+            r = t["c"] / np.sqrt(m2 * m2.T)
+            r = np.where(n > 0, r, np.nan)
         r = np.clip(r, -1.0, 1.0)
         diag_n = np.diag(n).copy()
         with np.errstate(invalid="ignore", divide="ignore"):
-            mean = np.diag(s) / diag_n + np.nan_to_num(self.shift)
-            sd = np.sqrt(np.maximum(np.diag(q) / diag_n - (np.diag(s) / diag_n) ** 2, 0.0))
+            mean = np.where(diag_n > 0, np.diag(t["mean"]) + self.reference(), np.nan)
+            sd = np.sqrt(np.diag(m2) / diag_n)
         np.fill_diagonal(r, 1.0)
         return {"n": n, "r": r, "count": diag_n, "mean": mean, "sd": sd}
 

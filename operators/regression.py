@@ -157,24 +157,72 @@ def backward_elimination(
     )
 
 
-def refit_r2(x: np.ndarray, y: np.ndarray, names: list[str], terms: list[str], centers: dict[str, float]) -> float:
-    """R² of an OLS refit of ``terms`` (linear ``f`` or quadratic ``f^2`` about ``centers``) on new data,
-    as the paper verifies a selection on other traces. Rows with a missing value are skipped."""
+def _columns(x: np.ndarray, names: list[str], terms: list[str], centers: dict[str, float]) -> np.ndarray:
+    """The design columns of ``terms`` (linear ``f`` or quadratic ``f^2`` about ``centers``) from ``x``."""
     ix = {n: j for j, n in enumerate(names)}
     cols = []
     for t in terms:
         base = t.removesuffix(SQUARE)
         v = x[:, ix[base]] if base in ix else np.full(len(x), np.nan)
         cols.append((v - centers.get(base, 0.0)) ** 2 if t.endswith(SQUARE) else v)
-    a = np.stack(cols, axis=1) if cols else np.empty((len(x), 0))
+    return np.stack(cols, axis=1) if cols else np.empty((len(x), 0))
+
+
+def adjusted(r2: float, n: int, p: int) -> float | None:
+    """Adjusted R² ``1 − (1 − R²)(n − 1)/(n − p − 1)`` of ``p`` terms on ``n`` rows (None when n ≤ p + 1)."""
+    return float(1 - (1 - r2) * (n - 1) / (n - p - 1)) if n - p - 1 > 0 else None
+
+
+def refit(
+    x: np.ndarray,
+    y: np.ndarray,
+    names: list[str],
+    terms: list[str],
+    centers: dict[str, float],
+    x_new: np.ndarray | None = None,
+    y_new: np.ndarray | None = None,
+) -> tuple[float, float | None, int]:
+    """(R², adjusted R², rows) of an OLS refit of ``terms`` on ``(x, y)``, as the paper verifies a
+    selection on other traces; with ``x_new, y_new``, the R² of that fit's predictions of ``y_new``
+    (out of sample: 1 − SSE/SST about ``y_new``'s own mean, may be negative; its adjusted value is
+    None, there is nothing to adjust for). Rows with a missing value are skipped; NaN when there are
+    fewer than len(terms) + 2 rows."""
+    a = _columns(x, names, terms, centers)
     ok = ~np.isnan(y) & ~np.isnan(a).any(axis=1)
     a, yy = a[ok], y[ok]
     if len(yy) < len(terms) + 2:
-        return float("nan")
-    sd = a.std(axis=0)
-    a = (a - a.mean(axis=0)) / np.where(sd > 0, sd, 1.0)  # squared counters reach 1e16: scale before solving
-    design_m = np.concatenate([np.ones((len(yy), 1)), a], axis=1)
+        return float("nan"), None, len(yy)
+    mu, sd = a.mean(axis=0), a.std(axis=0)
+    sd = np.where(sd > 0, sd, 1.0)  # squared counters reach 1e16: scale before solving
+    design_m = np.concatenate([np.ones((len(yy), 1)), (a - mu) / sd], axis=1)
     beta, *_ = np.linalg.lstsq(design_m, yy, rcond=None)
+    if x_new is not None and y_new is not None:
+        b = _columns(x_new, names, terms, centers)
+        ok = ~np.isnan(y_new) & ~np.isnan(b).any(axis=1)
+        b, yn = b[ok], y_new[ok]
+        if len(yn) < 2:
+            return float("nan"), None, len(yn)
+        resid = yn - np.concatenate([np.ones((len(yn), 1)), (b - mu) / sd], axis=1) @ beta
+        sst = float(((yn - yn.mean()) ** 2).sum())
+        return (float(1 - resid @ resid / sst) if sst > 0 else 0.0), None, len(yn)
     resid = yy - design_m @ beta
     sst = float(((yy - yy.mean()) ** 2).sum())
-    return float(1 - resid @ resid / sst) if sst > 0 else 0.0
+    r2 = float(1 - resid @ resid / sst) if sst > 0 else 0.0
+    return r2, adjusted(r2, len(yy), len(terms)), len(yy)
+
+
+def refit_r2(x: np.ndarray, y: np.ndarray, names: list[str], terms: list[str], centers: dict[str, float]) -> float:
+    """R² of :func:`refit` (NaN when there are too few complete rows)."""
+    return refit(x, y, names, terms, centers)[0]
+
+
+def rand_subsets(
+    live: list[str], k: int, quadratic: bool, subsets: int, rng: np.random.Generator
+) -> list[tuple[list[str], list[str]]]:
+    """RAND baseline: ``subsets`` random picks of ``k`` of the ``live`` features, each as
+    (features, terms) with the squares too when ``quadratic``."""
+    out = []
+    for _ in range(subsets if 0 < k <= len(live) else 0):
+        pick = [str(p) for p in rng.choice(np.array(live, dtype=object), size=k, replace=False)]
+        out.append((pick, pick + ([p + SQUARE for p in pick] if quadratic else [])))
+    return out

@@ -23,7 +23,7 @@ from perfsift.operators.redundancy import (
     cluster_features,
     constant_features,
 )
-from perfsift.operators.regression import backward_elimination, design
+from perfsift.operators.regression import backward_elimination, design, rand_subsets, refit
 
 
 def reduce_metrics(
@@ -89,14 +89,15 @@ def _step2(
         "zero_variation": cl.zero_variation,
         "collinear": reg.collinear,
         "threshold": threshold,
-        "r2_train": reg.r2,
-        "adj_r2_train": reg.adj_r2,
+        # the regression did not run (too few rows, no candidates): nothing was measured
+        "r2_train": None if reg.skipped else reg.r2,
+        "adj_r2_train": None if reg.skipped else reg.adj_r2,
         "rows": reg.n,
         "n_features": len(names),
-        "reduction_degree": 1 - len(reg.metrics) / len(names) if names else 0.0,
+        "reduction_degree": None if reg.skipped or not names else 1 - len(reg.metrics) / len(names),
         "history": reg.history,
         "scores": scores,
-        "skipped": reg.skipped,
+        "reason": reg.skipped,
         "imputed": imputed,
         "flags": cl.flags,
         "clustering": cl,
@@ -175,11 +176,21 @@ class DataReduction(Decider):
         moved by more than 0.1 or the zero-variation set changed.
     lateness : int
         Buckets to wait for late samples before a bucket becomes a row.
+    holdout : float
+        Share of the window's newest rows held out: the selected terms are refitted on the older
+        rows and scored on these (``r2_holdout``); also where RAND is scored.
+    rand_subsets : int
+        Random subsets of as many non-constant features as the selection (RAND), refitted and
+        scored like it: ``rand_r2_mean`` and ``rand_p_value`` (the share that score at least as
+        well). 0 = no RAND comparison.
+    seed : int
+        Seed of the RAND subsets.
     """
 
     output = "selection"
-    #: 2: pending buckets hold the raw values (exact bucket means), not per-batch means
-    STATE_VERSION = 2
+    #: 2: pending buckets hold the raw values (exact bucket means), not per-batch means;
+    #: 3: each co-moment block has its own shift (blocks merge as centred statistics)
+    STATE_VERSION = 3
 
     def __init__(
         self,
@@ -193,6 +204,9 @@ class DataReduction(Decider):
         linkage: str = "component",
         recluster_every: int | None = None,
         lateness: int = 1,
+        holdout: float = 0.2,
+        rand_subsets: int = 50,
+        seed: int = 0,
     ) -> None:
         self.perf_metric = perf_metric
         self.interval = interval
@@ -204,12 +218,17 @@ class DataReduction(Decider):
         self.linkage = linkage
         self.recluster_every = recluster_every
         self.lateness = lateness
+        self.holdout = holdout
+        self.rand_subsets = rand_subsets
+        self.seed = seed
 
     def reset(self) -> None:
         if self.window % self.blocks:
             raise ValueError(f"blocks ({self.blocks}) must divide window ({self.window})")
         if not 0 < self.threshold < 1:
             raise ValueError(f"threshold must be in (0, 1), got {self.threshold}")
+        if not 0 < self.holdout < 1:
+            raise ValueError(f"holdout must be in (0, 1), got {self.holdout}")
         self.jobs_: dict[str, _Job] = {}
 
     def update(self, batch: Batch) -> list[dict[str, Any]]:
@@ -328,6 +347,8 @@ class DataReduction(Decider):
         st.selected = res["selected"]
         st.version += 1
         t = st.ring_t[: st.filled]
+        honest = self._holdout(x, y, names, res, cl, np.random.default_rng((self.seed, st.version)))
+        holdout_rows = honest.pop("holdout_rows")
         return {
             "job": job,
             "kind": "reduction",
@@ -337,19 +358,47 @@ class DataReduction(Decider):
             "selected": res["selected"],
             "scores": res["scores"],
             "index": None,
-            "r2": res["r2_train"],
+            "r2_train": res["r2_train"],
+            "adj_r2_train": res["adj_r2_train"],
+            **honest,
             "reduction_degree": res["reduction_degree"],
             "clusters": res["clusters"],
-            "skipped": res["skipped"],
+            "skipped": res["reason"],
             "diagnostics": {
                 "rows": int(res["rows"]),
                 "features": len(names),
                 "zero_variation": len(cl.zero_variation),
                 "quadratic": ",".join(res["quadratic"]),
                 "threshold": self.threshold,
-                "adj_r2": res["adj_r2_train"],
+                "holdout_rows": holdout_rows,
             },
         }
+
+    def _holdout(
+        self, x: np.ndarray, y: np.ndarray, names: list[str], res: dict[str, Any], cl: Clustering, rng: Any
+    ) -> dict[str, Any]:
+        """The selection's terms refitted on the window's older rows and scored on its newest
+        ``holdout`` share (rows in time order), and RAND scored the same way."""
+        out: dict[str, Any] = {"r2_holdout": None, "rand_r2_mean": None, "rand_p_value": None, "holdout_rows": 0}
+        if res["reason"] or not res["terms"]:
+            return out
+        cut = len(y) - max(round(self.holdout * len(y)), 2)
+        old, new = slice(0, cut), slice(cut, None)
+        r2, _, rows = refit(x[old], y[old], names, res["terms"], res["centers"], x[new], y[new])
+        if not np.isfinite(r2):
+            return out
+        out.update(r2_holdout=r2, holdout_rows=rows)
+        live = [n for n in names if n not in cl.zero_variation]
+        ix = {n: j for j, n in enumerate(names)}
+        rand = []
+        for pick, terms in rand_subsets(live, len(res["selected"]), self.quadratic, self.rand_subsets, rng):
+            with np.errstate(all="ignore"):
+                centers = {p: float(np.nanmean(x[old, ix[p]])) for p in pick}
+            rand.append(refit(x[old], y[old], names, terms, centers, x[new], y[new])[0])
+        scored = np.array([v for v in rand if np.isfinite(v)])
+        if len(scored):
+            out.update(rand_r2_mean=float(scored.mean()), rand_p_value=float(np.mean(scored >= r2)))
+        return out
 
     def _state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         meta: dict[str, Any] = {"jobs": []}
@@ -383,7 +432,6 @@ class DataReduction(Decider):
                 }
             )
             arrays[f"{i}_x"], arrays[f"{i}_y"], arrays[f"{i}_t"] = st.ring_x, st.ring_y, st.ring_t
-            arrays[f"{i}_shift"] = m.shift
             for bi, blk in enumerate(m.ring):
                 for k, v in blk.items():
                     arrays[f"{i}_b{bi}_{k}"] = v
@@ -403,11 +451,9 @@ class DataReduction(Decider):
             m = st.moments
             m.names = list(j["moment_names"])
             m.index = {n: k for k, n in enumerate(m.names)}
-            m.shift = arrays[f"{i}_shift"].copy()
             m.rows_in_newest = j["rows_in_newest"]
-            m.ring = [
-                {k: arrays[f"{i}_b{bi}_{k}"].copy() for k in ("n", "s", "q", "p", "rows")} for bi in range(j["blocks"])
-            ]
+            keys = ("n", "s", "q", "p", "shift", "rows")
+            m.ring = [{k: arrays[f"{i}_b{bi}_{k}"].copy() for k in keys} for bi in range(j["blocks"])]
             c = j["clustering"]
             if c is not None:
                 st.clustering = Clustering(

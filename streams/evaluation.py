@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from perfsift.operators.regression import refit_r2
+from perfsift.operators.regression import rand_subsets, refit
 from perfsift.operators.selection import reduce_metrics
 
 #: a trace as a regression table: features (rows x columns), performance metric, feature names
@@ -24,31 +24,45 @@ def reduce_and_verify(
 ) -> dict[str, Any]:
     """The reduction of ``train`` at correlation threshold ``threshold`` (what
     :func:`~perfsift.operators.selection.reduce_metrics` returns, without the clustering), with
-    ``r2_verify``: the R² of its model refitted on each verification table."""
+    ``r2_verify`` and ``adj_r2_verify``: R² and adjusted R² of its terms refitted on each
+    verification table (None for each when the regression could not run: ``reason``)."""
     x, y, names = train
     res = reduce_metrics(x, y, names, threshold=threshold, quadratic=quadratic, f_out=f_out)
     res.pop("clustering")
-    res["r2_verify"] = [refit_r2(xv, yv, nv, res["terms"], res["centers"]) for xv, yv, nv in verify]
+    fits = [refit(xv, yv, nv, res["terms"], res["centers"]) if not res["reason"] else None for xv, yv, nv in verify]
+    res["r2_verify"] = [None if f is None or not np.isfinite(f[0]) else f[0] for f in fits]
+    res["adj_r2_verify"] = [None if f is None else f[1] for f in fits]
     return res
 
 
-def rand_r2(
-    train: RegressionTable, verify: list[RegressionTable], result: dict[str, Any], quadratic: bool, seeds: int
-) -> list[float]:
-    """RAND: per verification table, the mean R² of ``seeds`` random subsets of the non-constant
-    features, each as large as ``result``'s selection (seeded, so the same every time)."""
+def rand_comparison(
+    train: RegressionTable, tables: list[RegressionTable], result: dict[str, Any], quadratic: bool, subsets: int
+) -> list[dict[str, Any]]:
+    """RAND as a distribution, per table: ``subsets`` random subsets of the non-constant features,
+    each as large as ``result``'s selection (seeded, so the same every time), refitted on the table
+    like the selection: the selection's ``r2`` and ``adj_r2`` there, the subsets' ``mean`` and
+    ``adj_mean``, and ``p_value``, the share of subsets whose R² is at least the selection's."""
     x, _, names = train
-    rng = np.random.default_rng(0)
     live = [n for n in names if n not in result["zero_variation"]]
-    k = len(result["selected"])
-    rand = []
-    for _ in range(seeds):
-        pick = [str(p) for p in rng.choice(live, size=k, replace=False)]
-        terms = pick + ([p + "^2" for p in pick] if quadratic else [])
-        centers = {p: float(np.nanmean(x[:, names.index(p)])) for p in pick}
-        rand.append([refit_r2(xv, yv, nv, terms, centers) for xv, yv, nv in verify])
-    means: list[float] = np.nanmean(np.array(rand), axis=0).tolist()
-    return means
+    picks = rand_subsets(live, len(result["selected"]), quadratic, subsets, np.random.default_rng(0))
+    centers = [{p: float(np.nanmean(x[:, names.index(p)])) for p in pick} for pick, _ in picks]
+    out = []
+    for xv, yv, nv in tables:
+        r2, adj, _ = refit(xv, yv, nv, result["terms"], result["centers"])
+        fits = [refit(xv, yv, nv, terms, c) for (_, terms), c in zip(picks, centers, strict=True)]
+        r = np.array([f[0] for f in fits if np.isfinite(f[0])])
+        a = np.array([f[1] for f in fits if f[1] is not None and np.isfinite(f[0])])
+        out.append(
+            {
+                "r2": r2 if np.isfinite(r2) else None,
+                "adj_r2": adj,
+                "subsets": len(r),
+                "mean": float(r.mean()) if len(r) else None,
+                "adj_mean": float(a.mean()) if len(a) else None,
+                "p_value": float(np.mean(r >= r2)) if len(r) and np.isfinite(r2) else None,
+            }
+        )
+    return out
 
 
 def threshold_sweep(
@@ -65,7 +79,7 @@ def threshold_sweep(
                 "selected": len(r["selected"]),
                 "reduction_degree": r["reduction_degree"],
                 "r2_train": r["r2_train"],
-                "r2_verify": float(np.mean(r["r2_verify"])) if r["r2_verify"] else None,
+                "r2_verify": float(np.mean(r["r2_verify"])) if r["r2_verify"] and None not in r["r2_verify"] else None,
             }
         )
     return rows
@@ -78,21 +92,32 @@ def evaluate_reduction(
     quadratic: bool = False,
     f_out: float = 2.0,
     main: list[str] | None = None,
-    rand_seeds: int = 20,
+    rand_seeds: int = 50,
     sweep: bool = False,
 ) -> dict[str, Any]:
-    """The reduction at ``threshold`` (:func:`reduce_and_verify`) and, with verification tables,
-    ``rand_r2_verify`` (:func:`rand_r2`) and, for ``main`` features, ``main_r2_verify``; with
-    ``sweep``, the rows of :func:`threshold_sweep`. ``history`` (the backward elimination's
-    steps) comes as lists, ready for JSON."""
+    """The reduction at ``threshold`` (:func:`reduce_and_verify`) and ``rand``: the RAND comparison
+    (:func:`rand_comparison`) on each verification table, or on the training table without any
+    (``rand_on`` says which), with ``rand_r2_verify`` its means on the verification tables; for
+    ``main`` features, ``main_r2_verify`` and ``main_adj_r2_verify``; with ``sweep``, the rows of
+    :func:`threshold_sweep`. ``history`` (the backward elimination's steps) comes as lists, ready
+    for JSON."""
     result = reduce_and_verify(train, verify, threshold, quadratic, f_out)
-    live = [n for n in train[2] if n not in result["zero_variation"]]
-    if verify and 0 < len(result["selected"]) <= len(live):
-        result["rand_r2_verify"] = rand_r2(train, verify, result, quadratic, rand_seeds)
+    if not result["reason"]:
+        result["rand_on"] = "verify" if verify else "train"
+        result["rand"] = rand_comparison(train, verify or [train], result, quadratic, rand_seeds)
+        if verify:
+            result["rand_r2_verify"] = [r["mean"] for r in result["rand"]]
     if main and verify:
         result["main"] = main
-        result["main_r2_verify"] = [refit_r2(xv, yv, nv, main, {}) for xv, yv, nv in verify]
+        fits = [refit(xv, yv, nv, main, {}) for xv, yv, nv in verify]
+        result["main_r2_verify"] = [f[0] for f in fits]
+        result["main_adj_r2_verify"] = [f[1] for f in fits]
     if sweep:
         result["sweep"] = threshold_sweep(train, verify, quadratic, f_out)
     result["history"] = [[t, f] for t, f in result["history"]]
     return result
+
+
+def not_better_than_chance(rand: dict[str, Any], alpha: float = 0.05) -> bool:
+    """True when more than ``alpha`` of the random subsets score at least as well as the selection."""
+    return rand["p_value"] is None or rand["p_value"] > alpha

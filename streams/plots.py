@@ -75,18 +75,25 @@ def plot_reduction(reduced: list[dict[str, Any]], path: Path) -> None:
 
 
 def plot_r2(selections: list[dict[str, Any]], path: Path) -> None:
-    """R² and reduction degree of the data-reduction selections over time."""
+    """R² (in-sample and held out, with RAND's held-out mean) and reduction degree of the
+    data-reduction selections over time; a selection whose regression did not run is a marked
+    line with its reason, not a point."""
     plt = _pyplot()
-    recs = [s for s in selections if s["kind"] == "reduction" and s.get("r2") is not None]
-    t0 = recs[0]["period_end"]
+    reds = [s for s in selections if s["kind"] == "reduction"]
+    t0 = reds[0]["period_end"]
+    recs = [s for s in reds if s.get("r2_train") is not None]
     fig, ax = plt.subplots(figsize=(7, 3.2))
-    ax.plot([r["period_end"] - t0 for r in recs], [r["r2"] for r in recs], marker="o", label="R²")
-    ax.plot(
-        [r["period_end"] - t0 for r in recs],
-        [r["reduction_degree"] for r in recs],
-        marker="s",
-        label="reduction degree",
-    )
+    t = [r["period_end"] - t0 for r in recs]
+    ax.plot(t, [r["r2_train"] for r in recs], marker="o", label="R² (train)")
+    for key, label, mark in (("r2_holdout", "R² (newest rows, held out)", "^"), ("rand_r2_mean", "RAND mean", "x")):
+        pts = [(r["period_end"] - t0, r[key]) for r in recs if r.get(key) is not None]
+        if pts:
+            ax.plot(*zip(*pts, strict=True), marker=mark, linestyle=":", label=label)
+    ax.plot(t, [r["reduction_degree"] for r in recs], marker="s", label="reduction degree")
+    for r in reds:
+        if r.get("r2_train") is None:
+            ax.axvline(r["period_end"] - t0, color="grey", linestyle="--")
+            ax.annotate(str(r.get("skipped") or "not run"), (r["period_end"] - t0, 0.5), rotation=90, fontsize=7)
     ax.set_ylim(0, 1.05)
     ax.set_xlabel("time (s)")
     ax.legend()
@@ -156,10 +163,14 @@ def plot_sweep(rows: list[dict[str, Any]], path: Path) -> None:
     plt = _pyplot()
     t = [r["threshold"] for r in rows]
     fig, ax = plt.subplots(figsize=(7, 3.8))
-    ax.plot(t, [r["r2_train"] for r in rows], "o-", label="R² (train)")
-    if rows[0]["r2_verify"] is not None:
-        ax.plot(t, [r["r2_verify"] for r in rows], "s-", label="R² (verify, mean)")
-    ax.plot(t, [r["reduction_degree"] for r in rows], "^-", label="reduction degree")
+    ax.plot(t, [np.nan if r["r2_train"] is None else r["r2_train"] for r in rows], "o-", label="R² (train)")
+
+    def nan(v: float | None) -> float:
+        return np.nan if v is None else v
+
+    if any(r["r2_verify"] is not None for r in rows):
+        ax.plot(t, [nan(r["r2_verify"]) for r in rows], "s-", label="R² (verify, mean)")
+    ax.plot(t, [nan(r["reduction_degree"]) for r in rows], "^-", label="reduction degree")
     ax.set_xlabel("correlation threshold t")
     ax.set_ylim(-0.05, 1.05)
     ax.grid(alpha=0.3)

@@ -73,7 +73,7 @@ def build_report(folder: Path, target: Path | None = None) -> Path:
         parts.append(
             f'<h2>Projection pursuit selections: {html.escape(job)}</h2><img src="{name}" alt="selection map">'
         )
-    if any(s["kind"] == "reduction" and s.get("r2") is not None for s in selections):
+    if any(s["kind"] == "reduction" for s in selections):
         plot_r2(selections, folder / "r2.png")
         parts.append('<h2>Data reduction: R² and reduction degree</h2><img src="r2.png" alt="R2 and RD">')
     if contracts:

@@ -14,7 +14,7 @@ from perfsift.operators import ForecastBank
 from perfsift.operators.forecast import PRIMARIES, forecast_records
 from perfsift.operators.selection import bucket_rows
 from perfsift.streams.cli.ui import fail, out, read_trace, write_jsonl
-from perfsift.streams.evaluation import RegressionTable, evaluate_reduction
+from perfsift.streams.evaluation import RegressionTable, evaluate_reduction, not_better_than_chance
 from perfsift.streams.plots import plot_sweep
 from rich.table import Table
 
@@ -90,7 +90,9 @@ def select_metrics(
             "--main", help="Comma-separated 'usual' features to compare (MAIN), e.g. srv1/cpu_user,srv1/net_in."
         ),
     ] = None,
-    rand_seeds: Annotated[int, typer.Option(help="Random subsets averaged for RAND.")] = 20,
+    rand_seeds: Annotated[
+        int, typer.Option(help="Random subsets of the selection's size for RAND (mean and empirical p-value).")
+    ] = 50,
     json_out: Annotated[Path | None, typer.Option("--json", help="Write the result as JSON.")] = None,
     plot: Annotated[Path | None, typer.Option(help="With --sweep: PNG of R² and RD against the threshold.")] = None,
 ) -> None:
@@ -108,18 +110,36 @@ def select_metrics(
     )
     title = f"data reduction of {train.name} against {perf_metric} (t = {threshold}, F_out = {f_out})"
     out.print(_selection_table(result, title))
-    out.print(
-        f"{len(names)} features, {len(result['zero_variation'])} constant, {len(result['clusters'])} clusters, "
-        f"{len(result['selected'])} selected; R² (train) {result['r2_train']:.3f}, "
-        f"reduction degree {result['reduction_degree']:.2f}"
-    )
+    fmt = _fmt
+    if result["reason"]:
+        out.print(
+            f"{len(names)} features, {len(result['zero_variation'])} constant, {len(result['clusters'])} clusters; "
+            f"[bold yellow]the regression did not run: {result['reason']}[/bold yellow] (no R², no reduction degree)"
+        )
+    else:
+        out.print(
+            f"{len(names)} features, {len(result['zero_variation'])} constant, {len(result['clusters'])} clusters, "
+            f"{len(result['selected'])} selected; R² (train) {fmt(result['r2_train'])}, "
+            f"adjusted {fmt(result['adj_r2_train'])}, reduction degree {result['reduction_degree']:.2f}"
+        )
     for i, r2 in enumerate(result["r2_verify"]):
-        extra = ""
-        if "rand_r2_verify" in result:
-            extra += f", RAND {result['rand_r2_verify'][i]:.3f}"
+        extra = f", adjusted {fmt(result['adj_r2_verify'][i])}"
+        if "rand" in result:
+            extra += f", RAND mean {fmt(result['rand'][i]['mean'])}"
         if "main_r2_verify" in result:
-            extra += f", MAIN {result['main_r2_verify'][i]:.3f}"
-        out.print(f"verify {verify[i].name if verify else i}: R² {r2:.3f}{extra}")
+            extra += f", MAIN {fmt(result['main_r2_verify'][i])}"
+        out.print(f"verify {verify[i].name if verify else i}: R² {fmt(r2)}{extra}")
+    for i, rand in enumerate(result.get("rand", [])):
+        where = verify[i].name if verify else f"{train.name} (training trace: no --verify given)"
+        share = "-" if rand["p_value"] is None else f"{rand['p_value']:.0%}"
+        line = (
+            f"RAND on {where}: {rand['subsets']} random subsets of {len(result['selected'])} features, "
+            f"mean R² {fmt(rand['mean'])}; {share} of them score at least as well as the selection"
+        )
+        if not_better_than_chance(rand):
+            out.print(f"[bold red]warning: the selection is not better than chance[/bold red] - {line}")
+        else:
+            out.print(line)
     if sweep:
         out.print(_sweep_table(result["sweep"]))
         if plot:
@@ -127,6 +147,10 @@ def select_metrics(
             out.print(f"plot written to {plot}")
     if json_out:
         json_out.write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
+
+
+def _fmt(v: float | None) -> str:
+    return "-" if v is None else f"{v:.3f}"
 
 
 def _selection_table(result: dict[str, Any], title: str) -> Table:
@@ -158,8 +182,8 @@ def _sweep_table(rows: list[dict[str, Any]]) -> Table:
         st.add_row(
             f"{r['threshold']:.2f}",
             str(r["selected"]),
-            f"{r['reduction_degree']:.2f}",
-            f"{r['r2_train']:.3f}",
+            "-" if r["reduction_degree"] is None else f"{r['reduction_degree']:.2f}",
+            _fmt(r["r2_train"]),
             "-" if r["r2_verify"] is None else f"{r['r2_verify']:.3f}",
         )
     return st

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import orjson
 import pytest
 from perfsift.producers.synth import gridftp
@@ -70,3 +71,26 @@ def test_select_metrics_errors(tmp_path: Path) -> None:
     assert r.returncode == 2 and "no performance metric 'nope'" in r.stderr
     r = perfsift("select-metrics", str(train), "-p", "transfer_rate", "--verify", str(train), "--main", "x/y")
     assert r.returncode == 2 and "--main names unknown features ['x/y']" in r.stderr
+
+
+def test_select_metrics_warns_when_the_selection_is_not_better_than_chance(tmp_path: Path) -> None:
+    """The response replaced by noise: whatever F_out = 1 lets in does no better than random subsets."""
+    rng = np.random.default_rng(0)
+    paths = []
+    for seed in (1, 2):
+        samples = gridftp(seed=seed, duration=400)[0]
+        for s in samples:
+            if s["node"] == "app":
+                s["metrics"]["transfer_rate"] = float(rng.normal())
+        paths.append(tmp_path / f"noise{seed}.jsonl")
+        paths[-1].write_bytes(b"".join(orjson.dumps(s) + b"\n" for s in samples))
+    out = tmp_path / "sel.json"
+    args = ("select-metrics", str(paths[0]), "-p", "transfer_rate", "--f-out", "1", "--json", str(out))
+    r = perfsift(*args, "--verify", str(paths[1]))
+    assert r.returncode == 0, r.stderr
+    res = json.loads(out.read_text())
+    assert res["selected"] and res["rand"][0]["subsets"] == 50 and res["rand"][0]["p_value"] > 0.05
+    assert "warning: the selection is not better than chance" in r.stdout
+    good = perfsift("select-metrics", str(write(tmp_path / "t.jsonl", 1)), "-p", "transfer_rate", "--f-out", "6.63")
+    assert good.returncode == 0 and "not better than chance" not in good.stdout
+    assert "RAND on t.jsonl (training trace: no --verify given)" in good.stdout

@@ -51,6 +51,6 @@ stages:
 
     recs = [orjson.loads(m.value()) for m in msgs]
     assert all(m.key() == b"gridftp" for m in msgs)
-    assert recs and recs[-1]["kind"] == "reduction" and recs[-1]["r2"] > 0.9
+    assert recs and recs[-1]["kind"] == "reduction" and recs[-1]["r2_train"] > 0.9
     assert len(set(recs[-1]["selected"]) & {"srv2/disk_read", "srv2/disk_ops"}) == 1
     assert runner.stats.dead_letters == 0

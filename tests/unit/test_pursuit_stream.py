@@ -35,8 +35,11 @@ def test_planted_bursty_metrics_are_selected_far_more_often_than_chance(scenario
     planted = sum(picks[m] for m in truth["interesting"]) / sum(picks.values())
     # chance: 3 of the 11 non-constant metrics = 0.27 of the picks
     assert planted > 0.6, picks
+    # each planted metric in at least 40 % of the periods (chance: 27 %); with snapshots scaled
+    # across processors, sweep3d's wavefront and cpu_idle's clipping are real differences between
+    # processors too, and take some of the picks (interrupts: 14 of 31 periods; 15 unscaled)
     for m in truth["interesting"]:
-        assert picks[m] >= len(done) / 2, (m, picks)
+        assert picks[m] >= 0.4 * len(done), (m, picks)
     for m in truth["constant"]:
         assert picks[m] == 0 and all(r["scores"][m] == 0.0 for r in done)
 
@@ -110,7 +113,14 @@ def test_constant_and_missing_metrics_never_break_a_period() -> None:
 
 
 def test_bad_parameters_are_refused() -> None:
-    for bad in ({"period": 0}, {"row_mode": "rows"}, {"dims": 4}, {"trim": "x"}, {"optimizer": "bfgs"}):
+    for bad in (
+        {"period": 0},
+        {"row_mode": "rows"},
+        {"dims": 4},
+        {"trim": "x"},
+        {"optimizer": "bfgs"},
+        {"snapshot_norm": "x"},
+    ):
         with pytest.raises(ValueError):
             ProjectionPursuit(**bad).reset()
 
@@ -118,10 +128,53 @@ def test_bad_parameters_are_refused() -> None:
 def test_processors_mode_and_repeated_rounds() -> None:
     batch, truth = smoothed("cactus", duration=600)
     paper = run(ProjectionPursuit(period=60, window=5, row_mode="processors"), batch)
-    assert all(r["diagnostics"].get("rows", 12) <= 12 for r in paper)  # N = P: low power, skipped or flagged
-    assert all(r["skipped"] or r["diagnostics"]["low_power"] for r in paper)
+    analysed = [r for r in paper if r["skipped"] is None]
+    assert len(analysed) >= len(paper) / 2
+    assert all(r["diagnostics"]["rows"] == 12 and r["diagnostics"]["low_power"] for r in analysed)  # N = P
+    assert all("rows" in r["diagnostics"] for r in paper)  # a skipped period says how many rows it had
     deep = run(ProjectionPursuit(period=60, window=5, rounds=3), batch)
     done = [r for r in deep if r["skipped"] is None]
     assert done and all(len(r["selected"]) == len(set(r["selected"])) >= 6 for r in done)
     assert all(r["diagnostics"]["rounds"] >= 2 for r in done)
     assert not set(truth["constant"]) & {m for r in done for m in r["selected"]}
+
+
+def identical_but_bursty(seed: int, nodes: int = 12, steps: int = 900) -> Batch:
+    """``same``: one bursty process in time, identical on every node; ``d1..d3``: a burst on one
+    random node in every 15 s; ``g0..g7``: Gaussian noise per node. Smoothed over 5 samples."""
+    rng = np.random.default_rng(seed)
+    names = ["same", "d1", "d2", "d3"] + [f"g{i}" for i in range(8)]
+    v = np.empty((steps, nodes, len(names)))
+    on, state = np.zeros(steps, dtype=bool), False
+    for s in range(steps):
+        state = rng.random() >= 1 / 6 if state else rng.random() < 0.03
+        on[s] = state
+    v[:, :, 0] = np.where(on, 100 * rng.uniform(50, 200, size=steps), 100 * rng.lognormal(0, 0.05, size=steps))[:, None]
+    for j in (1, 2, 3):
+        burst = np.zeros((steps, nodes), dtype=bool)
+        for c in range(0, steps, 15):
+            burst[c + int(rng.integers(0, 8)) : c + 8 + int(rng.integers(0, 8)), int(rng.integers(nodes))] = True
+        quiet = 100 * rng.lognormal(0, 0.05, size=(steps, nodes))
+        v[:, :, j] = np.where(burst, 100 * rng.uniform(50, 200, size=(steps, nodes)), quiet)
+    v[:, :, 4:] = 100 + rng.normal(size=(steps, nodes, 8))
+    batch = Batch.from_columns(
+        ts=np.repeat(np.arange(steps, dtype=np.float64), nodes),
+        nodes=[f"n{p:02d}" for p in range(nodes)] * steps,
+        metrics=names,
+        values=v.reshape(steps * nodes, len(names)),
+    )
+    return SlidingMean(window=5).update(batch)
+
+
+@pytest.mark.parametrize("norm", ["scale", "centre"])
+def test_a_metric_identical_on_all_processors_is_never_selected_however_it_moves(norm: str) -> None:
+    for seed in (0, 1):
+        batch = identical_but_bursty(seed)
+        done = [r for r in run(ProjectionPursuit(period=30, window=5, snapshot_norm=norm), batch) if not r["skipped"]]
+        assert len(done) == 30
+        assert all("same" not in r["selected"] and r["scores"]["same"] == 0.0 for r in done)
+        for m in ("d1", "d2", "d3"):
+            assert sum(m in r["selected"] for r in done) >= 0.9 * len(done), (m, seed)
+        # the trap is real: raw stacked snapshots give the identical metric weight
+        raw = [r for r in run(ProjectionPursuit(period=30, window=5, snapshot_norm="none"), batch) if not r["skipped"]]
+        assert max(r["scores"]["same"] for r in raw) > 0.05

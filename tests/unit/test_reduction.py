@@ -10,7 +10,8 @@ from perfsift.operators.redundancy import PairwiseMoments, cluster_features, con
 from perfsift.operators.regression import backward_elimination, refit_r2
 from perfsift.operators.selection import DataReduction, bucket_rows, reduce_metrics
 from perfsift.producers.synth import gridftp
-from perfsift.schemas import samples_to_batch
+from perfsift.schemas import AvroCodec, samples_to_batch
+from perfsift.streams.evaluation import evaluate_reduction
 
 
 @pytest.mark.parametrize(
@@ -231,7 +232,7 @@ def test_streaming_operator_emits_versioned_selections_without_flapping() -> Non
     last = recs[-1]
     assert last["kind"] == "reduction" and last["job"] == "gridftp"
     assert len(set(last["selected"]) & {"srv1/net_in", "srv1/pkts_in"}) == 1
-    assert last["r2"] > 0.9 and 0 <= last["reduction_degree"] <= 1
+    assert last["r2_train"] > 0.9 and 0 <= last["reduction_degree"] <= 1
     assert all(0 <= v <= 1 for v in last["scores"].values())
 
 
@@ -260,7 +261,7 @@ def test_messy_traces_give_clear_outcomes_never_nan() -> None:
     recs = [r for b in stream_batches(gaps) for r in op.update(b)]
     assert recs
     for r in recs:
-        assert np.isfinite(r["r2"]) and np.isfinite(r["reduction_degree"])
+        assert np.isfinite(r["r2_train"]) and np.isfinite(r["reduction_degree"])
         assert all(np.isfinite(v) for v in r["scores"].values())
     assert any(f.startswith("srv2/") for f in recs[-1]["scores"])  # the late node was taken in
     # with no response at all: nothing to select against, and no record rather than a crash
@@ -284,3 +285,106 @@ def test_a_metric_leaving_the_zero_variation_set_triggers_a_recluster() -> None:
         op.update(b)
     clustering = op.jobs_["gridftp"].clustering
     assert clustering is not None and "srv1/forks" not in clustering.zero_variation
+
+
+def pairwise_oracle(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """numpy's two-pass pairwise-complete correlations, means and standard deviations."""
+    d = x.shape[1]
+    r = np.full((d, d), np.nan)
+    for j in range(d):
+        for k in range(d):
+            ok = ~np.isnan(x[:, j]) & ~np.isnan(x[:, k])
+            a, b = x[ok, j], x[ok, k]
+            r[j, k] = np.mean((a - a.mean()) * (b - b.mean())) / (a.std() * b.std())
+    return r, np.nanmean(x, axis=0), np.nanstd(x, axis=0)
+
+
+def test_co_moments_of_drifting_jumping_gappy_data_match_numpy() -> None:
+    """Levels that drift by 1e9 over the stream, a jump of 1e9 and 1e12-scale counters, with gaps:
+    every window's correlations and standard deviations are numpy's two-pass ones to 1e-9."""
+    rng = np.random.default_rng(11)
+    n = 1200
+    t = np.arange(n)
+    u = rng.normal(size=(n, 4))
+    x = np.stack(
+        [
+            1e6 * t + u[:, 0],  # drifts by 1.2e9, noise 1
+            np.where(t < 500, 0.0, 1e9) + u[:, 1] + 0.5 * u[:, 0],  # jumps by 1e9
+            1e12 + 1e3 * u[:, 2],  # a counter near 1e12
+            u[:, 3] + 0.8 * u[:, 1],
+        ],
+        axis=1,
+    )
+    x[rng.random(x.shape) < 0.05] = np.nan
+    pm = PairwiseMoments(window=400, blocks=8)
+    for start in range(0, n, 37):
+        pm.add(x[start : start + 37], list("abcd"))
+        w = pm.rows
+        r, mean, sd = pairwise_oracle(x[start + 37 - w : start + 37] if start + 37 <= n else x[-w:])
+        s = pm.stats()
+        np.testing.assert_allclose(s["sd"], sd, rtol=1e-9)
+        np.testing.assert_allclose(s["mean"], mean, rtol=1e-12)
+        np.testing.assert_allclose(s["r"], r, rtol=1e-9, atol=1e-9)
+    assert 0.45 < s["r"][1, 3] < 0.65  # past the jump, b and d share the noise u1 (r = 0.8 / sqrt(1.64 · 1.25))
+
+
+def jump_table(n: int = 600, jump_at: int = 100, seed: int = 0) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """``jumped`` is 0 until ``jump_at``, then 1e9 ± 1 and drives the response; two noise features."""
+    rng = np.random.default_rng(seed)
+    u = rng.normal(size=n)
+    jumped = np.where(np.arange(n) < jump_at, 0.0, 1e9 + u)
+    y = 3 * np.where(np.arange(n) < jump_at, 0.0, u) + 0.3 * rng.normal(size=n)
+    return np.stack([jumped, rng.normal(size=n), rng.normal(size=n)], axis=1), y, ["jumped", "n1", "n2"]
+
+
+def test_a_metric_that_jumped_to_1e9_plus_minus_1_is_kept_and_selected() -> None:
+    x, y, names = jump_table()
+    res = reduce_metrics(x[100:], y[100:], names)  # offline, all rows past the jump
+    assert "jumped" not in res["zero_variation"] and res["selected"] == ["jumped"]
+    assert res["r2_train"] > 0.95
+    samples = [
+        {
+            "ts": float(i),
+            "node": "n",
+            "job": "j",
+            "seq": i,
+            "metrics": {**dict(zip(names, x[i].tolist(), strict=True)), "y": float(y[i])},
+        }
+        for i in range(len(y))
+    ]
+    op = DataReduction(perf_metric="y", window=200, blocks=8, recluster_every=50)
+    recs = [r for b in stream_batches(samples, 97) for r in op.update(b)]
+    job = op.jobs_["j"]
+    assert job.clustering is not None and job.clustering.zero_variation == []  # the window is past the jump
+    assert recs[-1]["selected"] == ["n/jumped"]
+
+
+def test_a_regression_that_cannot_run_says_why_instead_of_r2_0_and_rd_1() -> None:
+    rng = np.random.default_rng(3)
+    x, y = rng.normal(size=(6, 8)), rng.normal(size=6)  # 8 candidates, 6 rows: n < p + 2
+    res = reduce_metrics(x, y, [f"f{i}" for i in range(8)], threshold=0.99)
+    assert res["selected"] == [] and res["r2_train"] is None and res["reduction_degree"] is None
+    assert res["reason"] == "need at least p + 2 = 10 complete rows, have 6"
+    ev = evaluate_reduction((x, y, [f"f{i}" for i in range(8)]), [(x, y, [f"f{i}" for i in range(8)])], 0.99)
+    assert ev["r2_verify"] == [None] and ev["adj_r2_verify"] == [None] and "rand" not in ev
+
+
+def test_streaming_records_say_what_was_measured_and_compare_with_rand() -> None:
+    """A real predictor: the held-out R² is high and no random subset does as well; a response that
+    is pure noise: the held-out R² is no better than RAND's (p-value far above 0.05)."""
+    s, _ = gridftp(seed=3, duration=900)
+    op = DataReduction(perf_metric="transfer_rate", window=400, quadratic=True, f_out=6.63)
+    last = [r for b in stream_batches(s) for r in op.update(b)][-1]
+    assert last["r2_holdout"] > 0.85 and last["adj_r2_train"] <= last["r2_train"]
+    assert last["rand_p_value"] <= 0.05 and last["rand_r2_mean"] < last["r2_holdout"] - 0.2
+    assert last["diagnostics"]["holdout_rows"] == 80  # the newest 20 % of the 400-row window
+    AvroCodec("selection").encode(last)  # the schema accepts the record
+    rng = np.random.default_rng(0)
+    for x in s:
+        if x["node"] == "app":
+            x["metrics"]["transfer_rate"] = float(rng.normal())
+    op = DataReduction(perf_metric="transfer_rate", window=400, f_out=1.0)  # F_out 1 lets noise in
+    recs = [r for b in stream_batches(s) for r in op.update(b)]
+    noisy = [r for r in recs if r["selected"]]
+    assert len(noisy) >= 10 and np.median([r["r2_holdout"] for r in noisy]) < 0.05
+    assert np.mean([r["rand_p_value"] for r in noisy]) > 0.2
