@@ -106,6 +106,9 @@ class PipelineConfig:
     batch_timeout_s: float = 0.1
     commit_interval_s: float = 1.0
     snapshots: bool = True
+    #: librdkafka properties of every client (the file's ``kafka:`` section), below
+    #: ``PERFSIFT_KAFKA_*`` and ``-X``
+    kafka: dict[str, str] = field(default_factory=dict)
     stages: dict[str, StageConfig] = field(default_factory=dict)
     source: str = "<defaults>"
 
@@ -231,6 +234,18 @@ def _parse_stage(source: str, name: str, st: object) -> StageConfig:
     return stage
 
 
+def _kafka_section(source: str, section: object) -> dict[str, str]:
+    """The ``kafka:`` mapping of librdkafka properties, values as librdkafka takes them (strings;
+    YAML booleans as ``true``/``false``)."""
+    if section is None:
+        return {}
+    if not isinstance(section, Mapping) or not all(
+        isinstance(v, str | int | float | bool) and not isinstance(k, bool) for k, v in section.items()
+    ):
+        raise _err(source, "kafka", "a mapping of librdkafka properties to scalar values (e.g. linger.ms: 50)")
+    return {str(k): (str(v).lower() if isinstance(v, bool) else str(v)) for k, v in section.items()}
+
+
 def load_pipeline(
     path: str | Path | None = None, env: Mapping[str, str] | None = None, overrides: Mapping[str, Any] | None = None
 ) -> PipelineConfig:
@@ -246,9 +261,10 @@ def load_pipeline(
         raise ConfigError(f"{source}: not valid YAML: {exc}") from None
     if not isinstance(doc, Mapping):
         raise ConfigError(f"{source}: the top level must be a mapping")
-    unknown = set(doc) - set(_SCALARS) - {"stages"}
+    unknown = set(doc) - set(_SCALARS) - {"stages", "kafka"}
     if unknown:
-        raise ConfigError(f"{source}: unknown settings {sorted(unknown)}; known: {sorted([*_SCALARS, 'stages'])}")
+        known = sorted([*_SCALARS, "stages", "kafka"])
+        raise ConfigError(f"{source}: unknown settings {sorted(unknown)}; known: {known}")
     values: dict[str, Any] = {k: _coerce(source, k, v) for k, v in doc.items() if k in _SCALARS}
     for key in _SCALARS:  # environment
         env_val = (env if env is not None else os.environ).get(f"PERFSIFT_{key.upper()}")
@@ -264,7 +280,7 @@ def load_pipeline(
         raise ConfigError(f"{source}: 'stages' must be a mapping of stage name -> stage")
     for name, st in raw_stages.items():
         stages[str(name)] = _parse_stage(source, str(name), st)
-    cfg = PipelineConfig(**values, stages=stages, source=source)
+    cfg = PipelineConfig(**values, kafka=_kafka_section(source, doc.get("kafka")), stages=stages, source=source)
     if cfg.guarantee not in GUARANTEES:
         raise ConfigError(f"{source}: guarantee must be one of {GUARANTEES}, got {cfg.guarantee!r}")
     if cfg.encoding not in ("json", "avro"):

@@ -30,7 +30,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from perfsift.schemas import decode_samples
 from perfsift.streams.checkpoint import Checkpoints
-from perfsift.streams.clients import consumer_settings, dead_letter_record, producer_settings, where
+from perfsift.streams.clients import consumer_settings, dead_letter_record, producer_settings, redacted, where
 from perfsift.streams.config import PipelineConfig, StageConfig
 from perfsift.streams.logs import kafka_logger
 from perfsift.streams.stage import Chain, Emitted, StageError, StageStats, merge_summaries
@@ -95,6 +95,8 @@ class StageRunner:
         self._consumer: Consumer | None = None
         self._producer: Producer | None = None
         self._in_txn = False
+        #: incremental (cooperative-sticky) or eager rebalancing, known once run() built the consumer
+        self.cooperative = False
 
     def assigned(self) -> list[tuple[str, int]]:
         """Input partitions this instance owns now."""
@@ -115,27 +117,55 @@ class StageRunner:
     def exactly_once(self) -> bool:
         return self.guarantee == "exactly_once"
 
+    def is_embedded(self) -> bool:
+        """Whether the broker is the embedded one (asked once, by its cluster id, unless given)."""
+        if self.embedded is None:
+            from confluent_kafka.admin import AdminClient
+            from perfsift.streams.broker import EMBEDDED_CLUSTER_IDS
+
+            admin = AdminClient({**self.kafka, "logger": kafka_logger()})
+            self.embedded = admin.list_topics(timeout=15).cluster_id in EMBEDDED_CLUSTER_IDS
+        return self.embedded
+
     def resolve_guarantee(self) -> str:
         """Turn ``auto`` into exactly_once on a real cluster and at_least_once on the embedded broker
         (a transaction left open by a killed producer can stay open there and stall readers)."""
         if self.guarantee == "auto":
-            embedded = self.embedded
-            if embedded is None:
-                from confluent_kafka.admin import AdminClient
-                from perfsift.streams.broker import EMBEDDED_CLUSTER_IDS
-
-                admin = AdminClient({**self.kafka, "logger": kafka_logger()})
-                embedded = admin.list_topics(timeout=15).cluster_id in EMBEDDED_CLUSTER_IDS
-            self.guarantee = "at_least_once" if embedded else "exactly_once"
+            self.guarantee = "at_least_once" if self.is_embedded() else "exactly_once"
         return self.guarantee
+
+    def client_settings(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The consumer's and the producer's configuration: perfsift's defaults < the pipeline
+        file < ``PERFSIFT_KAFKA_*`` < ``-X`` (all in ``kafka``), then what the guarantee needs. The
+        assignment strategy defaults to ``cooperative-sticky`` (a scale step moves only the
+        partitions that change owner), and to eager ``range`` on the embedded broker: its
+        coordinator (Tansu 0.6.0) answers a joining member's first SyncGroup with
+        REBALANCE_IN_PROGRESS when the leader rejoins for the cooperative follow-up round, so with
+        the default timeouts the revoked partitions stay unowned for ~15 s (eager: ~3.5 s)."""
+        self.resolve_guarantee()
+        isolation = "read_committed" if self.exactly_once else "read_uncommitted"
+        consumer = consumer_settings(self.kafka, self.group_id, isolation)
+        if "partition.assignment.strategy" not in self.kafka:
+            consumer["partition.assignment.strategy"] = "range" if self.is_embedded() else "cooperative-sticky"
+        txn_id = f"{self.group_id}.{self.instance}" if self.exactly_once else None
+        return consumer, producer_settings(self.kafka, txn_id)
 
     def run(self, idle_timeout_s: float | None = None) -> StageStats:
         """Consume until :meth:`stop` (or, if given, until no message came for ``idle_timeout_s``)."""
-        self.resolve_guarantee()
-        isolation = "read_committed" if self.exactly_once else "read_uncommitted"
-        self._consumer = Consumer(consumer_settings(self.kafka, self.group_id, isolation))
-        txn_id = f"{self.group_id}.{self.instance}" if self.exactly_once else None
-        self._producer = Producer(producer_settings(self.kafka, txn_id) | {"on_delivery": self._on_delivery})
+        consumer, producer = self.client_settings()
+        # librdkafka is cooperative only when every listed strategy is (cooperative-sticky is the one)
+        strategies = str(consumer["partition.assignment.strategy"]).replace(" ", "").split(",")
+        self.cooperative = all(s == "cooperative-sticky" for s in strategies)
+        log.info(
+            "stage %s: kafka consumer %s; producer %s",
+            self.stage.name,
+            redacted(consumer),
+            redacted(producer),
+            extra={"stage": self.stage.name, "instance": self.instance, "consumer": redacted(consumer),
+                   "producer": redacted(producer)},
+        )  # fmt: skip
+        self._consumer = Consumer(consumer)
+        self._producer = Producer(producer | {"on_delivery": self._on_delivery})
         if self.exactly_once:
             self._producer.init_transactions(30)
         try:
@@ -356,25 +386,35 @@ class StageRunner:
                     self.stats.restored_partitions += 1
                     restored.append(tp.partition)
             self._parts[(tp.topic, tp.partition)] = part
-        consumer.assign(partitions)
+        if self.cooperative:  # only the partitions that moved here; the others keep running
+            consumer.incremental_assign(partitions)
+        else:
+            consumer.assign(partitions)
         self._log_partitions("assigned", partitions, logging.INFO, restored=sorted(restored))
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        # cooperative: only the partitions that move away; eager: all of them
         with contextlib.suppress(KafkaException, StageError):
             self._commit()
         for tp in partitions:
             self._parts.pop((tp.topic, tp.partition), None)
+        self.stats.revoked_partitions += len(partitions)
+        if self.cooperative and partitions:
+            consumer.incremental_unassign(partitions)
         self._log_partitions("revoked", partitions, logging.INFO)
 
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         for tp in partitions:  # lost: another member may own them already; do not commit
             self._parts.pop((tp.topic, tp.partition), None)
+        if self.cooperative and partitions:
+            consumer.incremental_unassign(partitions)
         self._log_partitions("lost", partitions, logging.WARNING)
 
     def _log_partitions(self, event: str, partitions: list[TopicPartition], level: int, **fields: Any) -> None:
         """One log record per rebalance event (assigned, revoked, lost), with the partition numbers
         and ``fields`` as structured fields (``restored``: those resumed from a snapshot)."""
         numbers = sorted(tp.partition for tp in partitions)
+        self.stats.rebalances[event] = self.stats.rebalances.get(event, 0) + 1
         detail = "".join(f", {k} {v}" for k, v in fields.items())
         log.log(
             level,

@@ -52,6 +52,9 @@ class StageStats:
     bytes_out: int = 0
     commits: int = 0
     restored_partitions: int = 0
+    #: rebalance events by kind (assigned, revoked, lost) and input partitions each concerned
+    rebalances: dict[str, int] = field(default_factory=dict)
+    revoked_partitions: int = 0
     lag: dict[int, int] = field(default_factory=dict)
     busy_s: float = 0.0
     started: float = field(default_factory=time.monotonic)

@@ -68,7 +68,7 @@ def topics(
     cfg = pipeline_from_flags(config, settings)
     if not bootstrap:
         raise fail("topics needs --bootstrap (or PERFSIFT_BOOTSTRAP)")
-    created = create_pipeline_topics(cfg, kafka_properties(bootstrap, parse_props(kafka_prop)))
+    created = create_pipeline_topics(cfg, kafka_properties(bootstrap, parse_props(kafka_prop), file=cfg.kafka))
     names, _ = cfg.topics()
     out.print(f"{len(created)} topics created, {len(names) - len(created)} existed: {', '.join(names)}")
 

@@ -62,7 +62,7 @@ def worker(
         raise fail(f"{cfg.source}: no stage {stage!r}; stages are: {', '.join(cfg.stages)}")
     if not bootstrap:
         raise fail("worker needs --bootstrap (or PERFSIFT_BOOTSTRAP); `perfsift run` runs everything embedded")
-    props = kafka_properties(bootstrap, parse_props(kafka_prop))
+    props = kafka_properties(bootstrap, parse_props(kafka_prop), file=cfg.kafka)
     runner = StageRunner(st, cfg, props)
     try:  # bound before Kafka is asked anything: a local mistake fails at once
         health = HealthServer(runner, http_port, http_host) if http_port else None
@@ -173,7 +173,7 @@ def run(
         with bootstrap_or_embedded(bootstrap) as (bs, embedded), stop_on_signals(stop):
             if embedded is not None:
                 console.print(f"embedded broker on {bs} (in memory)")
-            props = kafka_properties(bs, parse_props(kafka_prop))
+            props = kafka_properties(bs, parse_props(kafka_prop), file=cfg.kafka)
             create_pipeline_topics(cfg, props)
             local = LocalRun(cfg, props, embedded is not None, processes)
             with console.status("waiting for the stages to join their consumer groups"):
