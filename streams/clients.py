@@ -119,6 +119,30 @@ def redacted(settings: Mapping[str, Any]) -> dict[str, str]:
     }
 
 
+#: librdkafka statistics every this many ms (below the user's ``statistics.interval.ms``; 0 = off)
+STATISTICS_INTERVAL_MS = 15000
+
+
+def kafka_statistics(stats: dict[str, Any]) -> dict[str, float]:
+    """The subset of a librdkafka statistics document (``statistics.interval.ms``) that
+    ``/metrics`` shows: the local queue (messages, bytes), traffic totals, the slowest broker's
+    average round trip and, for a consumer, its group's rebalances and assigned partitions."""
+    brokers = [b for b in stats["brokers"].values() if b.get("nodeid", -1) >= 0]
+    out = {
+        "queue_messages": float(stats["msg_cnt"]),
+        "queue_bytes": float(stats["msg_size"]),
+        "tx_bytes": float(stats["tx_bytes"]),
+        "rx_bytes": float(stats["rx_bytes"]),
+        "tx_messages": float(stats["txmsgs"]),
+        "rx_messages": float(stats["rxmsgs"]),
+        "broker_rtt_seconds": max((b["rtt"]["avg"] / 1e6 for b in brokers), default=0.0),
+    }
+    if "cgrp" in stats:
+        out["group_rebalances"] = float(stats["cgrp"]["rebalance_cnt"])
+        out["group_assigned_partitions"] = float(stats["cgrp"]["assignment_size"])
+    return out
+
+
 def where(m: Message) -> tuple[str, int, int]:
     """(topic, partition, offset) of a fetched message (never None for a message without error)."""
     return cast(str, m.topic()), cast(int, m.partition()), cast(int, m.offset())

@@ -27,10 +27,19 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from perfsift.schemas import decode_samples
 from perfsift.streams.checkpoint import Checkpoints
-from perfsift.streams.clients import consumer_settings, dead_letter_record, producer_settings, redacted, where
+from perfsift.streams.clients import (
+    STATISTICS_INTERVAL_MS,
+    consumer_settings,
+    dead_letter_record,
+    kafka_statistics,
+    producer_settings,
+    redacted,
+    where,
+)
 from perfsift.streams.config import PipelineConfig, StageConfig
 from perfsift.streams.logs import kafka_logger
 from perfsift.streams.stage import Chain, Emitted, StageError, StageStats, merge_summaries
@@ -145,10 +154,24 @@ class StageRunner:
         self.resolve_guarantee()
         isolation = "read_committed" if self.exactly_once else "read_uncommitted"
         consumer = consumer_settings(self.kafka, self.group_id, isolation)
+        consumer.setdefault("statistics.interval.ms", STATISTICS_INTERVAL_MS)
         if "partition.assignment.strategy" not in self.kafka:
             consumer["partition.assignment.strategy"] = "range" if self.is_embedded() else "cooperative-sticky"
         txn_id = f"{self.group_id}.{self.instance}" if self.exactly_once else None
-        return consumer, producer_settings(self.kafka, txn_id)
+        producer = producer_settings(self.kafka, txn_id)
+        producer.setdefault("statistics.interval.ms", STATISTICS_INTERVAL_MS)
+        return consumer, producer
+
+    def _kafka_stats(self, client: str) -> Callable[[str], None]:
+        """A ``stats_cb`` keeping the chosen subset of librdkafka's statistics (:func:`kafka_statistics`)."""
+
+        def keep(raw: str) -> None:
+            try:
+                self.stats.kafka.update(((client, k), v) for k, v in kafka_statistics(orjson.loads(raw)).items())
+            except (orjson.JSONDecodeError, KeyError, TypeError):
+                log.debug("stage %s: unreadable librdkafka statistics", self.stage.name, exc_info=True)
+
+        return keep
 
     def run(self, idle_timeout_s: float | None = None) -> StageStats:
         """Consume until :meth:`stop` (or, if given, until no message came for ``idle_timeout_s``)."""
@@ -164,8 +187,10 @@ class StageRunner:
             extra={"stage": self.stage.name, "instance": self.instance, "consumer": redacted(consumer),
                    "producer": redacted(producer)},
         )  # fmt: skip
-        self._consumer = Consumer(consumer)
-        self._producer = Producer(producer | {"on_delivery": self._on_delivery})
+        self._consumer = Consumer(consumer | {"stats_cb": self._kafka_stats("consumer")})
+        self._producer = Producer(
+            producer | {"on_delivery": self._on_delivery, "stats_cb": self._kafka_stats("producer")}
+        )
         if self.exactly_once:
             self._producer.init_transactions(30)
         try:
@@ -192,6 +217,8 @@ class StageRunner:
                     self._process(msgs)
                 elif idle_timeout_s is not None and time.monotonic() - last_msg > idle_timeout_s:
                     break
+                else:  # idle: still serve the producer's delivery reports and statistics
+                    self._producer.poll(0)
                 if time.monotonic() - self._last_commit >= self.pipeline.commit_interval_s:
                     self._commit()
             self._commit()
@@ -273,9 +300,7 @@ class StageRunner:
         assert self._producer is not None
         self._producer.poll(0)
         self.stats.batches += 1
-        dt = time.perf_counter() - t0
-        self.stats.busy_s += dt
-        self.stats.last_batch_ms = dt * 1000
+        self.stats.observe_batch(time.perf_counter() - t0)
 
     def _process_partition(self, tp: tuple[str, int], part: _Partition, ms: list[Message]) -> None:
         topic, partition = tp
@@ -286,14 +311,16 @@ class StageRunner:
 
         batch, kept, errors = decode_samples(values, place, self.pipeline.encoding)
         for e in errors:
-            self._dead_letter(ms[e.index], e.reason)
+            self._dead_letter(ms[e.index], e.reason, "malformed")
         if len(batch):
             try:
                 emitted = part.chain.process(batch)
             except Exception as exc:  # an operator failed on this batch: park its records, go on
                 log.exception("stage %s: operator failed on %s:%s", self.stage.name, topic, partition)
                 for i in kept:
-                    self._dead_letter(ms[i], f"processing failed: {type(exc).__name__}: {exc}"[:1000])
+                    self._dead_letter(
+                        ms[i], f"processing failed: {type(exc).__name__}: {exc}"[:1000], "operator_failed"
+                    )
             else:
                 self._emit(emitted)
         part.next_offset = where(ms[-1])[2] + 1
@@ -317,8 +344,10 @@ class StageRunner:
                     self._produce(topic, value, key)
         self.stats.count_out(emitted.topics)
 
-    def _dead_letter(self, msg: Message, reason: str) -> None:
-        self.stats.dead_letters += 1
+    def _dead_letter(self, msg: Message, reason: str, kind: str) -> None:
+        """Park ``msg`` on the dead-letter topic with ``reason`` (the record's text) counted under
+        ``kind`` (one of :data:`DEAD_LETTER_REASONS`, the metric's label)."""
+        self.stats.dead_letter(kind)
         rec = dead_letter_record(self.stage.name, *where(msg), msg.key(), msg.value(), reason)
         self._produce(self._dlq_topic, rec, msg.key())
 
