@@ -23,6 +23,7 @@ from typing import Any
 import yaml
 from perfsift.operators import OPERATORS, Decider, Operator, Router
 from perfsift.streams.knowledge import clean_params
+from perfsift.streams.limits import Limits
 from perfsift.streams.topics import DEFAULT_TOPIC, TOPICS, kind_of
 
 GUARANTEES = ("auto", "at_least_once", "exactly_once")
@@ -109,6 +110,8 @@ class PipelineConfig:
     #: librdkafka properties of every client (the file's ``kafka:`` section), below
     #: ``PERFSIFT_KAFKA_*`` and ``-X``
     kafka: dict[str, str] = field(default_factory=dict)
+    #: what one input partition of a stage accepts (the file's ``limits:`` section)
+    limits: Limits = field(default_factory=Limits)
     stages: dict[str, StageConfig] = field(default_factory=dict)
     source: str = "<defaults>"
 
@@ -261,9 +264,9 @@ def load_pipeline(
         raise ConfigError(f"{source}: not valid YAML: {exc}") from None
     if not isinstance(doc, Mapping):
         raise ConfigError(f"{source}: the top level must be a mapping")
-    unknown = set(doc) - set(_SCALARS) - {"stages", "kafka"}
+    unknown = set(doc) - set(_SCALARS) - {"stages", "kafka", "limits"}
     if unknown:
-        known = sorted([*_SCALARS, "stages", "kafka"])
+        known = sorted([*_SCALARS, "stages", "kafka", "limits"])
         raise ConfigError(f"{source}: unknown settings {sorted(unknown)}; known: {known}")
     values: dict[str, Any] = {k: _coerce(source, k, v) for k, v in doc.items() if k in _SCALARS}
     for key in _SCALARS:  # environment
@@ -280,7 +283,12 @@ def load_pipeline(
         raise ConfigError(f"{source}: 'stages' must be a mapping of stage name -> stage")
     for name, st in raw_stages.items():
         stages[str(name)] = _parse_stage(source, str(name), st)
-    cfg = PipelineConfig(**values, kafka=_kafka_section(source, doc.get("kafka")), stages=stages, source=source)
+    try:
+        limits = Limits.parse(doc.get("limits"), source)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    kafka = _kafka_section(source, doc.get("kafka"))
+    cfg = PipelineConfig(**values, kafka=kafka, limits=limits, stages=stages, source=source)
     if cfg.guarantee not in GUARANTEES:
         raise ConfigError(f"{source}: guarantee must be one of {GUARANTEES}, got {cfg.guarantee!r}")
     if cfg.encoding not in ("json", "avro"):

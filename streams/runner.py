@@ -41,6 +41,7 @@ from perfsift.streams.clients import (
     where,
 )
 from perfsift.streams.config import PipelineConfig, StageConfig
+from perfsift.streams.limits import Guard
 from perfsift.streams.logs import kafka_logger
 from perfsift.streams.stage import Chain, Emitted, StageError, StageStats, merge_summaries
 from perfsift.streams.topics import DEADLETTER_TOPIC, STATE_TOPIC
@@ -51,6 +52,7 @@ log = logging.getLogger("perfsift.runner")
 @dataclass
 class _Partition:
     chain: Chain
+    guard: Guard
     next_offset: int | None = None
     dirty: bool = False
 
@@ -305,22 +307,32 @@ class StageRunner:
     def _process_partition(self, tp: tuple[str, int], part: _Partition, ms: list[Message]) -> None:
         topic, partition = tp
         values = [m.value() for m in ms]
+        big = part.guard.oversized(values)
+        for i in big:
+            self._dead_letter(ms[i], f"{len(values[i] or b'')} bytes, more than {part.guard.limits.max_record_bytes}",
+                              "record_too_large")  # fmt: skip
+        pos = [i for i in range(len(ms)) if i not in set(big)] if big else range(len(ms))
 
         def place(i: int) -> str:
-            return f"{topic}:{partition}:{ms[i].offset()}"
+            return f"{topic}:{partition}:{ms[pos[i]].offset()}"
 
-        batch, kept, errors = decode_samples(values, place, self.pipeline.encoding)
+        batch, kept, errors = decode_samples([values[i] for i in pos] if big else values, place, self.pipeline.encoding)
         for e in errors:
-            self._dead_letter(ms[e.index], e.reason, "malformed")
+            self._dead_letter(ms[pos[e.index]], e.reason, "malformed")
+        batch, refused = part.guard.check(batch)
+        for row, reason, detail in refused:
+            self._dead_letter(ms[pos[kept[row]]], detail, reason)
+        if refused:
+            gone = {row for row, _, _ in refused}
+            kept = [k for row, k in enumerate(kept) if row not in gone]
         if len(batch):
             try:
                 emitted = part.chain.process(batch)
             except Exception as exc:  # an operator failed on this batch: park its records, go on
                 log.exception("stage %s: operator failed on %s:%s", self.stage.name, topic, partition)
                 for i in kept:
-                    self._dead_letter(
-                        ms[i], f"processing failed: {type(exc).__name__}: {exc}"[:1000], "operator_failed"
-                    )
+                    self._dead_letter(ms[pos[i]], f"processing failed: {type(exc).__name__}: {exc}"[:1000],
+                                      "operator_failed")  # fmt: skip
             else:
                 self._emit(emitted)
         part.next_offset = where(ms[-1])[2] + 1
@@ -406,7 +418,7 @@ class StageRunner:
             snapshots = self._checkpoints.load(self._in_topic, numbers, self.exactly_once)
         restored: list[int] = []
         for tp in partitions:
-            part = _Partition(Chain(self.stage, self.pipeline.encoding))
+            part = _Partition(Chain(self.stage, self.pipeline.encoding), Guard(self.pipeline.limits))
             snap = snapshots.get(tp.partition)
             if snap is not None:
                 offset = self._checkpoints.restore(part.chain, snap, self._fingerprint, f"{tp.topic}:{tp.partition}")

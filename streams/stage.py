@@ -21,6 +21,7 @@ from perfsift.operators.forecast import PRIMARIES
 from perfsift.schemas import encode_batch, encode_records
 from perfsift.schemas.encode import encode_forecasts
 from perfsift.streams.config import StageConfig
+from perfsift.streams.limits import LIMIT_REASONS
 from perfsift.streams.topics import key_of
 
 #: per topic (logical name): encoded records and their message keys
@@ -42,7 +43,7 @@ class StageError(RuntimeError):
 #: upper bounds (seconds) of the batch-duration histogram's buckets
 BATCH_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 #: why a record went to the dead-letter topic: the bounded set of the ``reason`` label
-DEAD_LETTER_REASONS = ("malformed", "operator_failed")
+DEAD_LETTER_REASONS = ("malformed", "operator_failed", *LIMIT_REASONS)
 
 
 @dataclass
