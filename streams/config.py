@@ -140,6 +140,17 @@ def default_pipeline_path() -> Path:
     return Path(str(resources.files("perfsift.streams").joinpath("pipeline.yaml")))
 
 
+def _did_you_mean(words: Collection[object], known: Collection[str]) -> str:
+    """`` (did you mean 'x'?)`` for the first of ``words`` close to a known name, else ``""``."""
+    import difflib
+
+    for w in sorted(map(str, words)):
+        close = difflib.get_close_matches(w, list(known), n=1)
+        if close:
+            return f" (did you mean {close[0]!r}?)"
+    return ""
+
+
 def _err(source: str, where: str, msg: str) -> ConfigError:
     return ConfigError(f"{source}: {where}: {msg}")
 
@@ -150,7 +161,11 @@ def _parse_operator(source: str, where: str, item: object) -> OperatorSpec:
     params = {k: v for k, v in item.items() if k not in ("type", "publish")}
     typ = item["type"]
     if typ not in OPERATORS:
-        raise _err(source, where, f"unknown operator {typ!r}; known: {', '.join(sorted(OPERATORS))}")
+        raise _err(
+            source,
+            where,
+            f"unknown operator {typ!r}{_did_you_mean([str(typ)], OPERATORS)}; known: {', '.join(sorted(OPERATORS))}",
+        )
     publish = item.get("publish", [])
     if isinstance(publish, str) or not isinstance(publish, list) or not all(isinstance(t, str) for t in publish):
         raise _err(source, f"{where}.publish", "must be a list of topics")
@@ -267,7 +282,9 @@ def load_pipeline(
     unknown = set(doc) - set(_SCALARS) - {"stages", "kafka", "limits"}
     if unknown:
         known = sorted([*_SCALARS, "stages", "kafka", "limits"])
-        raise ConfigError(f"{source}: unknown settings {sorted(unknown)}; known: {known}")
+        raise ConfigError(
+            f"{source}: unknown settings {sorted(unknown)}{_did_you_mean(unknown, known)}; known: {known}"
+        )
     values: dict[str, Any] = {k: _coerce(source, k, v) for k, v in doc.items() if k in _SCALARS}
     for key in _SCALARS:  # environment
         env_val = (env if env is not None else os.environ).get(f"PERFSIFT_{key.upper()}")

@@ -1,7 +1,7 @@
 """The knowledge base (Zhu's two-tier design, METHODS.md §3.2): a primary table describing every
 recorded run and event (application, event, time range, count, min, max, mean, sd) and a record
 table with the data. SQLite by default (a file path); PostgreSQL when given a ``postgresql://``
-DSN (needs ``psycopg``: ``pip install psycopg``).
+DSN (needs ``psycopg``: ``pip install 'perfsift[postgres]'``).
 
 The clean operator opens no database: it gets what it needs of an application - the historical
 maxima of its events (thresholds) and recent complete samples (imputation training data when a
@@ -46,7 +46,9 @@ class KnowledgeBase:
             try:
                 import psycopg
             except ImportError:
-                raise RuntimeError("a PostgreSQL knowledge base needs psycopg: pip install psycopg") from None
+                raise RuntimeError(
+                    "a PostgreSQL knowledge base needs psycopg: pip install 'perfsift[postgres]'"
+                ) from None
             self.conn: Any = psycopg.connect(location)
             self.ph = "%s"
         else:
