@@ -94,7 +94,8 @@ class Analysis:
                     return f"{topic}[{i}]"
 
                 batch, _, errors = decode_samples(values, where, self.cfg.encoding)
-                stats.dead_letters += len(errors)
+                for _ in errors:
+                    stats.dead_letter("malformed")
                 self.errors += errors
                 if len(batch):
                     self._send(wire, stats, chain.process(batch, self._timer(stats)))

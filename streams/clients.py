@@ -1,13 +1,15 @@
 """Kafka clients: their settings, the admin calls (topics), group-less readers and the dead-letter
 record format. Everything here is the same for every stage, tool and producer.
 
-Client properties, lowest precedence first: built-in defaults < ``PERFSIFT_KAFKA_<PROPERTY>``
+Client properties, lowest precedence first: built-in defaults (:data:`CONSUMER_DEFAULTS`,
+:data:`PRODUCER_DEFAULTS`) < the pipeline file's ``kafka:`` section < ``PERFSIFT_KAFKA_<PROPERTY>``
 environment variables (dots written as underscores) < ``-X key=value`` flags.
 """
 
 from __future__ import annotations
 
 import base64
+import logging
 import os
 import time
 import uuid
@@ -17,18 +19,23 @@ from typing import Any, cast
 import orjson
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from perfsift.streams.config import PipelineConfig, parse_pairs
+from perfsift.streams.config import ConfigError, PipelineConfig, parse_pairs
 from perfsift.streams.logs import kafka_logger
 from perfsift.streams.topics import topic_configs
 
 
 def kafka_properties(
-    bootstrap: str, extra: Mapping[str, str] | None = None, env: Mapping[str, str] | None = None
+    bootstrap: str,
+    extra: Mapping[str, str] | None = None,
+    env: Mapping[str, str] | None = None,
+    file: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
-    """librdkafka client properties: bootstrap, then ``PERFSIFT_KAFKA_*`` variables, then ``extra``
-    (``--kafka-prop key=value`` flags). SASL/TLS settings go here (``security.protocol``,
-    ``sasl.mechanism``, ``sasl.username``, ...)."""
-    props = {"bootstrap.servers": bootstrap}
+    """librdkafka client properties, lowest precedence first: the pipeline file's ``kafka:``
+    section (``file``), the bootstrap servers, ``PERFSIFT_KAFKA_*`` variables, then ``extra``
+    (``-X key=value`` flags). SASL/TLS settings go here (``security.protocol``,
+    ``sasl.mechanism``, ``sasl.username``, ...). perfsift's own defaults for each kind of client
+    (:data:`CONSUMER_DEFAULTS`, :data:`PRODUCER_DEFAULTS`) are below all of these."""
+    props = {**(file or {}), "bootstrap.servers": bootstrap}
     for key, val in (env if env is not None else os.environ).items():
         if key.startswith("PERFSIFT_KAFKA_"):
             props[key[len("PERFSIFT_KAFKA_") :].lower().replace("_", ".")] = val
@@ -41,40 +48,99 @@ def parse_props(items: list[str] | None) -> dict[str, str]:
     return parse_pairs(items, "--kafka-prop", form="key=value")
 
 
-def consumer_settings(props: dict[str, str], group: str, isolation: str = "read_uncommitted") -> dict[str, Any]:
-    return {
-        **props,
-        "group.id": group,
-        "enable.auto.commit": False,
-        "auto.offset.reset": "earliest",
-        # fast group joins (the defaults take ~23 s on the embedded broker); classic protocol
-        "session.timeout.ms": 6000,
-        "heartbeat.interval.ms": 500,
-        "isolation.level": isolation,
-        "fetch.max.bytes": 52428800,
-        "max.partition.fetch.bytes": 10485760,
-        "logger": kafka_logger(),
-    }
+#: perfsift's defaults for consumers; any of them yields to the pipeline file, PERFSIFT_KAFKA_* and -X
+CONSUMER_DEFAULTS: dict[str, Any] = {
+    "auto.offset.reset": "earliest",
+    # fast group joins (the defaults take ~23 s on the embedded broker); classic protocol
+    "session.timeout.ms": 6000,
+    "heartbeat.interval.ms": 500,
+    "fetch.max.bytes": 52428800,
+    "max.partition.fetch.bytes": 10485760,
+}
+#: perfsift's defaults for producers; any of them yields to the pipeline file, PERFSIFT_KAFKA_* and -X
+PRODUCER_DEFAULTS: dict[str, Any] = {
+    "linger.ms": 5,
+    "batch.size": 1000000,
+    "queue.buffering.max.messages": 2000000,
+    "message.max.bytes": 16777216,
+    # same key -> same partition as Java clients, so outputs co-partition with other producers
+    "partitioner": "murmur2_random",
+    "enable.idempotence": True,
+    "compression.type": "zstd",
+}
+#: properties perfsift sets itself because its processing depends on them (offsets are committed
+#: by the runner after the outputs are acknowledged; group and transactional ids are derived)
+MANAGED = ("group.id", "enable.auto.commit", "transactional.id")
+#: property names whose values never go to a log (matched as substrings)
+SECRET_WORDS = ("password", "secret", "sasl.oauthbearer.config", "ssl.key.pem", "ssl.keystore", "token")
 
 
-def producer_settings(props: dict[str, str], transactional_id: str | None = None) -> dict[str, Any]:
-    s: dict[str, Any] = {
-        **props,
-        "linger.ms": 5,
-        "batch.size": 1000000,
-        "queue.buffering.max.messages": 2000000,
-        "message.max.bytes": 16777216,
-        # same key -> same partition as Java clients, so outputs co-partition with other producers
-        "partitioner": "murmur2_random",
-        "enable.idempotence": True,
-        "delivery.report.only.error": True,
-        "logger": kafka_logger(),
-    }
+def _refuse_managed(props: Mapping[str, Any]) -> None:
+    for key in MANAGED:
+        if key in props:
+            raise ConfigError(
+                f"kafka property {key!r} is set by perfsift (group.id from the topic prefix and stage, offsets "
+                "committed after the outputs are acknowledged); remove it from -X, PERFSIFT_KAFKA_* and the "
+                "pipeline file's kafka section"
+            )
+
+
+def consumer_settings(props: Mapping[str, str], group: str, isolation: str = "read_uncommitted") -> dict[str, Any]:
+    """A consumer's configuration: :data:`CONSUMER_DEFAULTS` and ``isolation`` < ``props`` (the
+    user's) < what perfsift manages: the group, manual commits (:data:`MANAGED`: a user value is an
+    error) and, for ``isolation="read_committed"`` (exactly-once), that level, which a
+    read_uncommitted setting would break."""
+    _refuse_managed(props)
+    s = {**CONSUMER_DEFAULTS, "isolation.level": isolation, **props}
+    if isolation == "read_committed":
+        s["isolation.level"] = isolation
+    return s | {"group.id": group, "enable.auto.commit": False, "logger": kafka_logger()}
+
+
+def producer_settings(props: Mapping[str, str], transactional_id: str | None = None) -> dict[str, Any]:
+    """A producer's configuration: :data:`PRODUCER_DEFAULTS` < ``props`` (the user's), then the
+    transactional id when the stage runs exactly-once (:data:`MANAGED`)."""
+    _refuse_managed(props)
+    s: dict[str, Any] = {**PRODUCER_DEFAULTS, "delivery.report.only.error": True, **props, "logger": kafka_logger()}
     if transactional_id:
         s["transactional.id"] = transactional_id
         # a zombie's open transaction blocks read_committed readers until it times out: keep it short
-        s["transaction.timeout.ms"] = 10000
+        s.setdefault("transaction.timeout.ms", 10000)
     return s
+
+
+def redacted(settings: Mapping[str, Any]) -> dict[str, str]:
+    """``settings`` as strings for a log line, secrets (:data:`SECRET_WORDS`) replaced by ``***``
+    and callables (logger, callbacks) left out."""
+    return {
+        k: "***" if any(w in k for w in SECRET_WORDS) else str(v)
+        for k, v in sorted(settings.items())
+        if not callable(v) and not isinstance(v, logging.Logger)
+    }
+
+
+#: librdkafka statistics every this many ms (below the user's ``statistics.interval.ms``; 0 = off)
+STATISTICS_INTERVAL_MS = 15000
+
+
+def kafka_statistics(stats: dict[str, Any]) -> dict[str, float]:
+    """The subset of a librdkafka statistics document (``statistics.interval.ms``) that
+    ``/metrics`` shows: the local queue (messages, bytes), traffic totals, the slowest broker's
+    average round trip and, for a consumer, its group's rebalances and assigned partitions."""
+    brokers = [b for b in stats["brokers"].values() if b.get("nodeid", -1) >= 0]
+    out = {
+        "queue_messages": float(stats["msg_cnt"]),
+        "queue_bytes": float(stats["msg_size"]),
+        "tx_bytes": float(stats["tx_bytes"]),
+        "rx_bytes": float(stats["rx_bytes"]),
+        "tx_messages": float(stats["txmsgs"]),
+        "rx_messages": float(stats["rxmsgs"]),
+        "broker_rtt_seconds": max((b["rtt"]["avg"] / 1e6 for b in brokers), default=0.0),
+    }
+    if "cgrp" in stats:
+        out["group_rebalances"] = float(stats["cgrp"]["rebalance_cnt"])
+        out["group_assigned_partitions"] = float(stats["cgrp"]["assignment_size"])
+    return out
 
 
 def where(m: Message) -> tuple[str, int, int]:

@@ -23,6 +23,7 @@ from typing import Any
 import yaml
 from perfsift.operators import OPERATORS, Decider, Operator, Router
 from perfsift.streams.knowledge import clean_params
+from perfsift.streams.limits import Limits
 from perfsift.streams.topics import DEFAULT_TOPIC, TOPICS, kind_of
 
 GUARANTEES = ("auto", "at_least_once", "exactly_once")
@@ -106,6 +107,11 @@ class PipelineConfig:
     batch_timeout_s: float = 0.1
     commit_interval_s: float = 1.0
     snapshots: bool = True
+    #: librdkafka properties of every client (the file's ``kafka:`` section), below
+    #: ``PERFSIFT_KAFKA_*`` and ``-X``
+    kafka: dict[str, str] = field(default_factory=dict)
+    #: what one input partition of a stage accepts (the file's ``limits:`` section)
+    limits: Limits = field(default_factory=Limits)
     stages: dict[str, StageConfig] = field(default_factory=dict)
     source: str = "<defaults>"
 
@@ -134,6 +140,17 @@ def default_pipeline_path() -> Path:
     return Path(str(resources.files("perfsift.streams").joinpath("pipeline.yaml")))
 
 
+def _did_you_mean(words: Collection[object], known: Collection[str]) -> str:
+    """`` (did you mean 'x'?)`` for the first of ``words`` close to a known name, else ``""``."""
+    import difflib
+
+    for w in sorted(map(str, words)):
+        close = difflib.get_close_matches(w, list(known), n=1)
+        if close:
+            return f" (did you mean {close[0]!r}?)"
+    return ""
+
+
 def _err(source: str, where: str, msg: str) -> ConfigError:
     return ConfigError(f"{source}: {where}: {msg}")
 
@@ -144,7 +161,11 @@ def _parse_operator(source: str, where: str, item: object) -> OperatorSpec:
     params = {k: v for k, v in item.items() if k not in ("type", "publish")}
     typ = item["type"]
     if typ not in OPERATORS:
-        raise _err(source, where, f"unknown operator {typ!r}; known: {', '.join(sorted(OPERATORS))}")
+        raise _err(
+            source,
+            where,
+            f"unknown operator {typ!r}{_did_you_mean([str(typ)], OPERATORS)}; known: {', '.join(sorted(OPERATORS))}",
+        )
     publish = item.get("publish", [])
     if isinstance(publish, str) or not isinstance(publish, list) or not all(isinstance(t, str) for t in publish):
         raise _err(source, f"{where}.publish", "must be a list of topics")
@@ -231,6 +252,18 @@ def _parse_stage(source: str, name: str, st: object) -> StageConfig:
     return stage
 
 
+def _kafka_section(source: str, section: object) -> dict[str, str]:
+    """The ``kafka:`` mapping of librdkafka properties, values as librdkafka takes them (strings;
+    YAML booleans as ``true``/``false``)."""
+    if section is None:
+        return {}
+    if not isinstance(section, Mapping) or not all(
+        isinstance(v, str | int | float | bool) and not isinstance(k, bool) for k, v in section.items()
+    ):
+        raise _err(source, "kafka", "a mapping of librdkafka properties to scalar values (e.g. linger.ms: 50)")
+    return {str(k): (str(v).lower() if isinstance(v, bool) else str(v)) for k, v in section.items()}
+
+
 def load_pipeline(
     path: str | Path | None = None, env: Mapping[str, str] | None = None, overrides: Mapping[str, Any] | None = None
 ) -> PipelineConfig:
@@ -246,9 +279,12 @@ def load_pipeline(
         raise ConfigError(f"{source}: not valid YAML: {exc}") from None
     if not isinstance(doc, Mapping):
         raise ConfigError(f"{source}: the top level must be a mapping")
-    unknown = set(doc) - set(_SCALARS) - {"stages"}
+    unknown = set(doc) - set(_SCALARS) - {"stages", "kafka", "limits"}
     if unknown:
-        raise ConfigError(f"{source}: unknown settings {sorted(unknown)}; known: {sorted([*_SCALARS, 'stages'])}")
+        known = sorted([*_SCALARS, "stages", "kafka", "limits"])
+        raise ConfigError(
+            f"{source}: unknown settings {sorted(unknown)}{_did_you_mean(unknown, known)}; known: {known}"
+        )
     values: dict[str, Any] = {k: _coerce(source, k, v) for k, v in doc.items() if k in _SCALARS}
     for key in _SCALARS:  # environment
         env_val = (env if env is not None else os.environ).get(f"PERFSIFT_{key.upper()}")
@@ -264,7 +300,12 @@ def load_pipeline(
         raise ConfigError(f"{source}: 'stages' must be a mapping of stage name -> stage")
     for name, st in raw_stages.items():
         stages[str(name)] = _parse_stage(source, str(name), st)
-    cfg = PipelineConfig(**values, stages=stages, source=source)
+    try:
+        limits = Limits.parse(doc.get("limits"), source)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    kafka = _kafka_section(source, doc.get("kafka"))
+    cfg = PipelineConfig(**values, kafka=kafka, limits=limits, stages=stages, source=source)
     if cfg.guarantee not in GUARANTEES:
         raise ConfigError(f"{source}: guarantee must be one of {GUARANTEES}, got {cfg.guarantee!r}")
     if cfg.encoding not in ("json", "avro"):

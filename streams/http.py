@@ -12,8 +12,16 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from perfsift.streams.stage import BATCH_BUCKETS, DEAD_LETTER_REASONS, StageStats
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    GCCollector,
+    PlatformCollector,
+    ProcessCollector,
+    generate_latest,
+)
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
@@ -52,11 +60,76 @@ def job_metrics(stage: str, summaries: dict[str, dict[str, Any]]) -> list[GaugeM
     return [version, kept, ratio, nodes]
 
 
+def build_info() -> GaugeMetricFamily:
+    """``perfsift_build_info``: 1, labelled with the versions of perfsift, Python and the Kafka client."""
+    import platform
+    from importlib.metadata import PackageNotFoundError, version
+
+    import confluent_kafka
+
+    try:
+        own = version("perfsift")
+    except PackageNotFoundError:  # pragma: no cover - run from a source tree that is not installed
+        own = "unknown"
+    g = GaugeMetricFamily(
+        "perfsift_build_info",
+        "versions of perfsift, Python, confluent-kafka and librdkafka (value 1)",
+        labels=["version", "python", "confluent_kafka", "librdkafka"],
+    )
+    g.add_metric([own, platform.python_version(), confluent_kafka.version()[0], confluent_kafka.libversion()[0]], 1)
+    return g
+
+
+def runner_metrics(
+    stage: str, s: StageStats
+) -> Iterator[CounterMetricFamily | GaugeMetricFamily | HistogramMetricFamily]:
+    """The batch-duration histogram, dead letters by reason, rebalances by event and the chosen
+    librdkafka statistics of one runner's counters."""
+    cumulative, buckets = 0, []
+    for bound, n in zip([*map(str, BATCH_BUCKETS), "+Inf"], s.batch_buckets, strict=True):
+        cumulative += n
+        buckets.append((bound, cumulative))
+    h = HistogramMetricFamily("perfsift_batch_duration_seconds", "time to process one micro-batch", labels=["stage"])
+    h.add_metric([stage], buckets, s.busy_s)
+    yield h
+    dead = CounterMetricFamily(
+        "perfsift_dead_letters_by_reason",
+        "records sent to the dead-letter topic, by reason",
+        labels=["stage", "reason"],
+    )
+    for reason in DEAD_LETTER_REASONS:
+        dead.add_metric([stage, reason], s.dead_by_reason.get(reason, 0))
+    yield dead
+    reb = CounterMetricFamily(
+        "perfsift_rebalances",
+        "rebalance events of the stage's consumer (assigned, revoked, lost)",
+        labels=["stage", "event"],
+    )
+    for event in ("assigned", "revoked", "lost"):
+        reb.add_metric([stage, event], s.rebalances.get(event, 0))
+    yield reb
+    rev = CounterMetricFamily(
+        "perfsift_revoked_partitions", "input partitions revoked from this worker", labels=["stage"]
+    )
+    rev.add_metric([stage], s.revoked_partitions)
+    yield rev
+    kafka = GaugeMetricFamily(
+        "perfsift_kafka",
+        "librdkafka statistics of the stage's clients (statistics.interval.ms): queue_messages, queue_bytes, "
+        "tx_bytes, rx_bytes, tx_messages, rx_messages, broker_rtt_seconds, group_rebalances, "
+        "group_assigned_partitions",
+        labels=["stage", "client", "statistic"],
+    )
+    for (client, name), value in sorted(s.kafka.items()):
+        kafka.add_metric([stage, client, name], value)
+    yield kafka
+
+
 class _RunnerCollector(Collector):
     def __init__(self, runner: StageRunner) -> None:
         self.runner = runner
 
-    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily | HistogramMetricFamily]:
         s, stage = self.runner.stats, self.runner.stage.name
         for name, doc, value in (
             ("perfsift_records_in", "records consumed", s.records_in),
@@ -89,6 +162,8 @@ class _RunnerCollector(Collector):
         a = GaugeMetricFamily("perfsift_assigned_partitions", "input partitions assigned", labels=["stage"])
         a.add_metric([stage], len(self.runner.assigned()))
         yield a
+        yield from runner_metrics(stage, s)
+        yield build_info()
         yield from job_metrics(stage, self.runner.job_summaries())
 
 
@@ -98,6 +173,9 @@ class HealthServer:
     def __init__(self, runner: StageRunner, port: int, host: str = "0.0.0.0") -> None:
         registry = CollectorRegistry()
         registry.register(_RunnerCollector(runner))
+        ProcessCollector(registry=registry)  # process_* (CPU, memory, file descriptors)
+        GCCollector(registry=registry)  # python_gc_*
+        PlatformCollector(registry=registry)  # python_info
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:

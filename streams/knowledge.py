@@ -4,7 +4,7 @@ table with the data. Runs are keyed as §3.2 says: application, ``platform``, ``
 and sampling ``interval`` (seconds; inferred from the run's samples when not given), and what the
 cleaner reads - maxima and reference rows - comes from every run of a key, not only the newest.
 SQLite by default (a file path); PostgreSQL when given a ``postgresql://`` DSN (needs ``psycopg``:
-``pip install psycopg``). A knowledge base of the older, application-only layout gains the key
+``pip install 'perfsift[postgres]'``). A knowledge base of the older, application-only layout gains the key
 columns when opened (its runs get platform and workload ``""`` and no interval).
 
 The clean operator opens no database: it gets what it needs of a key - the historical maxima of
@@ -61,7 +61,9 @@ class KnowledgeBase:
             try:
                 import psycopg
             except ImportError:
-                raise RuntimeError("a PostgreSQL knowledge base needs psycopg: pip install psycopg") from None
+                raise RuntimeError(
+                    "a PostgreSQL knowledge base needs psycopg: pip install 'perfsift[postgres]'"
+                ) from None
             self.conn: Any = psycopg.connect(location)
             self.ph = "%s"
         else:

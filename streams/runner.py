@@ -27,11 +27,21 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from perfsift.schemas import decode_samples
 from perfsift.streams.checkpoint import Checkpoints
-from perfsift.streams.clients import consumer_settings, dead_letter_record, producer_settings, where
+from perfsift.streams.clients import (
+    STATISTICS_INTERVAL_MS,
+    consumer_settings,
+    dead_letter_record,
+    kafka_statistics,
+    producer_settings,
+    redacted,
+    where,
+)
 from perfsift.streams.config import PipelineConfig, StageConfig
+from perfsift.streams.limits import Guard
 from perfsift.streams.logs import kafka_logger
 from perfsift.streams.stage import Chain, Emitted, StageError, StageStats, merge_summaries
 from perfsift.streams.topics import DEADLETTER_TOPIC, STATE_TOPIC
@@ -42,6 +52,7 @@ log = logging.getLogger("perfsift.runner")
 @dataclass
 class _Partition:
     chain: Chain
+    guard: Guard
     next_offset: int | None = None
     dirty: bool = False
 
@@ -95,6 +106,8 @@ class StageRunner:
         self._consumer: Consumer | None = None
         self._producer: Producer | None = None
         self._in_txn = False
+        #: incremental (cooperative-sticky) or eager rebalancing, known once run() built the consumer
+        self.cooperative = False
 
     def assigned(self) -> list[tuple[str, int]]:
         """Input partitions this instance owns now."""
@@ -115,27 +128,71 @@ class StageRunner:
     def exactly_once(self) -> bool:
         return self.guarantee == "exactly_once"
 
+    def is_embedded(self) -> bool:
+        """Whether the broker is the embedded one (asked once, by its cluster id, unless given)."""
+        if self.embedded is None:
+            from confluent_kafka.admin import AdminClient
+            from perfsift.streams.broker import EMBEDDED_CLUSTER_IDS
+
+            admin = AdminClient({**self.kafka, "logger": kafka_logger()})
+            self.embedded = admin.list_topics(timeout=15).cluster_id in EMBEDDED_CLUSTER_IDS
+        return self.embedded
+
     def resolve_guarantee(self) -> str:
         """Turn ``auto`` into exactly_once on a real cluster and at_least_once on the embedded broker
         (a transaction left open by a killed producer can stay open there and stall readers)."""
         if self.guarantee == "auto":
-            embedded = self.embedded
-            if embedded is None:
-                from confluent_kafka.admin import AdminClient
-                from perfsift.streams.broker import EMBEDDED_CLUSTER_IDS
-
-                admin = AdminClient({**self.kafka, "logger": kafka_logger()})
-                embedded = admin.list_topics(timeout=15).cluster_id in EMBEDDED_CLUSTER_IDS
-            self.guarantee = "at_least_once" if embedded else "exactly_once"
+            self.guarantee = "at_least_once" if self.is_embedded() else "exactly_once"
         return self.guarantee
+
+    def client_settings(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The consumer's and the producer's configuration: perfsift's defaults < the pipeline
+        file < ``PERFSIFT_KAFKA_*`` < ``-X`` (all in ``kafka``), then what the guarantee needs. The
+        assignment strategy defaults to ``cooperative-sticky`` (a scale step moves only the
+        partitions that change owner), and to eager ``range`` on the embedded broker: its
+        coordinator (Tansu 0.6.0) answers a joining member's first SyncGroup with
+        REBALANCE_IN_PROGRESS when the leader rejoins for the cooperative follow-up round, so with
+        the default timeouts the revoked partitions stay unowned for ~15 s (eager: ~3.5 s)."""
+        self.resolve_guarantee()
+        isolation = "read_committed" if self.exactly_once else "read_uncommitted"
+        consumer = consumer_settings(self.kafka, self.group_id, isolation)
+        consumer.setdefault("statistics.interval.ms", STATISTICS_INTERVAL_MS)
+        if "partition.assignment.strategy" not in self.kafka:
+            consumer["partition.assignment.strategy"] = "range" if self.is_embedded() else "cooperative-sticky"
+        txn_id = f"{self.group_id}.{self.instance}" if self.exactly_once else None
+        producer = producer_settings(self.kafka, txn_id)
+        producer.setdefault("statistics.interval.ms", STATISTICS_INTERVAL_MS)
+        return consumer, producer
+
+    def _kafka_stats(self, client: str) -> Callable[[str], None]:
+        """A ``stats_cb`` keeping the chosen subset of librdkafka's statistics (:func:`kafka_statistics`)."""
+
+        def keep(raw: str) -> None:
+            try:
+                self.stats.kafka.update(((client, k), v) for k, v in kafka_statistics(orjson.loads(raw)).items())
+            except (orjson.JSONDecodeError, KeyError, TypeError):
+                log.debug("stage %s: unreadable librdkafka statistics", self.stage.name, exc_info=True)
+
+        return keep
 
     def run(self, idle_timeout_s: float | None = None) -> StageStats:
         """Consume until :meth:`stop` (or, if given, until no message came for ``idle_timeout_s``)."""
-        self.resolve_guarantee()
-        isolation = "read_committed" if self.exactly_once else "read_uncommitted"
-        self._consumer = Consumer(consumer_settings(self.kafka, self.group_id, isolation))
-        txn_id = f"{self.group_id}.{self.instance}" if self.exactly_once else None
-        self._producer = Producer(producer_settings(self.kafka, txn_id) | {"on_delivery": self._on_delivery})
+        consumer, producer = self.client_settings()
+        # librdkafka is cooperative only when every listed strategy is (cooperative-sticky is the one)
+        strategies = str(consumer["partition.assignment.strategy"]).replace(" ", "").split(",")
+        self.cooperative = all(s == "cooperative-sticky" for s in strategies)
+        log.info(
+            "stage %s: kafka consumer %s; producer %s",
+            self.stage.name,
+            redacted(consumer),
+            redacted(producer),
+            extra={"stage": self.stage.name, "instance": self.instance, "consumer": redacted(consumer),
+                   "producer": redacted(producer)},
+        )  # fmt: skip
+        self._consumer = Consumer(consumer | {"stats_cb": self._kafka_stats("consumer")})
+        self._producer = Producer(
+            producer | {"on_delivery": self._on_delivery, "stats_cb": self._kafka_stats("producer")}
+        )
         if self.exactly_once:
             self._producer.init_transactions(30)
         try:
@@ -162,6 +219,8 @@ class StageRunner:
                     self._process(msgs)
                 elif idle_timeout_s is not None and time.monotonic() - last_msg > idle_timeout_s:
                     break
+                else:  # idle: still serve the producer's delivery reports and statistics
+                    self._producer.poll(0)
                 if time.monotonic() - self._last_commit >= self.pipeline.commit_interval_s:
                     self._commit()
             self._commit()
@@ -243,27 +302,37 @@ class StageRunner:
         assert self._producer is not None
         self._producer.poll(0)
         self.stats.batches += 1
-        dt = time.perf_counter() - t0
-        self.stats.busy_s += dt
-        self.stats.last_batch_ms = dt * 1000
+        self.stats.observe_batch(time.perf_counter() - t0)
 
     def _process_partition(self, tp: tuple[str, int], part: _Partition, ms: list[Message]) -> None:
         topic, partition = tp
         values = [m.value() for m in ms]
+        big = part.guard.oversized(values)
+        for i in big:
+            self._dead_letter(ms[i], f"{len(values[i] or b'')} bytes, more than {part.guard.limits.max_record_bytes}",
+                              "record_too_large")  # fmt: skip
+        pos = [i for i in range(len(ms)) if i not in set(big)] if big else range(len(ms))
 
         def place(i: int) -> str:
-            return f"{topic}:{partition}:{ms[i].offset()}"
+            return f"{topic}:{partition}:{ms[pos[i]].offset()}"
 
-        batch, kept, errors = decode_samples(values, place, self.pipeline.encoding)
+        batch, kept, errors = decode_samples([values[i] for i in pos] if big else values, place, self.pipeline.encoding)
         for e in errors:
-            self._dead_letter(ms[e.index], e.reason)
+            self._dead_letter(ms[pos[e.index]], e.reason, "malformed")
+        batch, refused = part.guard.check(batch)
+        for row, reason, detail in refused:
+            self._dead_letter(ms[pos[kept[row]]], detail, reason)
+        if refused:
+            gone = {row for row, _, _ in refused}
+            kept = [k for row, k in enumerate(kept) if row not in gone]
         if len(batch):
             try:
                 emitted = part.chain.process(batch)
             except Exception as exc:  # an operator failed on this batch: park its records, go on
                 log.exception("stage %s: operator failed on %s:%s", self.stage.name, topic, partition)
                 for i in kept:
-                    self._dead_letter(ms[i], f"processing failed: {type(exc).__name__}: {exc}"[:1000])
+                    self._dead_letter(ms[pos[i]], f"processing failed: {type(exc).__name__}: {exc}"[:1000],
+                                      "operator_failed")  # fmt: skip
             else:
                 self._emit(emitted)
         part.next_offset = where(ms[-1])[2] + 1
@@ -287,8 +356,10 @@ class StageRunner:
                     self._produce(topic, value, key)
         self.stats.count_out(emitted.topics)
 
-    def _dead_letter(self, msg: Message, reason: str) -> None:
-        self.stats.dead_letters += 1
+    def _dead_letter(self, msg: Message, reason: str, kind: str) -> None:
+        """Park ``msg`` on the dead-letter topic with ``reason`` (the record's text) counted under
+        ``kind`` (one of :data:`DEAD_LETTER_REASONS`, the metric's label)."""
+        self.stats.dead_letter(kind)
         rec = dead_letter_record(self.stage.name, *where(msg), msg.key(), msg.value(), reason)
         self._produce(self._dlq_topic, rec, msg.key())
 
@@ -347,7 +418,7 @@ class StageRunner:
             snapshots = self._checkpoints.load(self._in_topic, numbers, self.exactly_once)
         restored: list[int] = []
         for tp in partitions:
-            part = _Partition(Chain(self.stage, self.pipeline.encoding))
+            part = _Partition(Chain(self.stage, self.pipeline.encoding), Guard(self.pipeline.limits))
             snap = snapshots.get(tp.partition)
             if snap is not None:
                 offset = self._checkpoints.restore(part.chain, snap, self._fingerprint, f"{tp.topic}:{tp.partition}")
@@ -356,25 +427,35 @@ class StageRunner:
                     self.stats.restored_partitions += 1
                     restored.append(tp.partition)
             self._parts[(tp.topic, tp.partition)] = part
-        consumer.assign(partitions)
+        if self.cooperative:  # only the partitions that moved here; the others keep running
+            consumer.incremental_assign(partitions)
+        else:
+            consumer.assign(partitions)
         self._log_partitions("assigned", partitions, logging.INFO, restored=sorted(restored))
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        # cooperative: only the partitions that move away; eager: all of them
         with contextlib.suppress(KafkaException, StageError):
             self._commit()
         for tp in partitions:
             self._parts.pop((tp.topic, tp.partition), None)
+        self.stats.revoked_partitions += len(partitions)
+        if self.cooperative and partitions:
+            consumer.incremental_unassign(partitions)
         self._log_partitions("revoked", partitions, logging.INFO)
 
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         for tp in partitions:  # lost: another member may own them already; do not commit
             self._parts.pop((tp.topic, tp.partition), None)
+        if self.cooperative and partitions:
+            consumer.incremental_unassign(partitions)
         self._log_partitions("lost", partitions, logging.WARNING)
 
     def _log_partitions(self, event: str, partitions: list[TopicPartition], level: int, **fields: Any) -> None:
         """One log record per rebalance event (assigned, revoked, lost), with the partition numbers
         and ``fields`` as structured fields (``restored``: those resumed from a snapshot)."""
         numbers = sorted(tp.partition for tp in partitions)
+        self.stats.rebalances[event] = self.stats.rebalances.get(event, 0) + 1
         detail = "".join(f", {k} {v}" for k, v in fields.items())
         log.log(
             level,

@@ -10,6 +10,7 @@ and an analysis write the same bytes.
 
 from __future__ import annotations
 
+import bisect
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ from perfsift.operators.forecast import PRIMARIES
 from perfsift.schemas import encode_batch, encode_records
 from perfsift.schemas.encode import encode_forecasts
 from perfsift.streams.config import StageConfig
+from perfsift.streams.limits import LIMIT_REASONS
 from perfsift.streams.topics import key_of
 
 #: per topic (logical name): encoded records and their message keys
@@ -38,6 +40,12 @@ class StageError(RuntimeError):
     """A failure the stage cannot continue after (e.g. outputs not acknowledged); nothing is committed."""
 
 
+#: upper bounds (seconds) of the batch-duration histogram's buckets
+BATCH_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+#: why a record went to the dead-letter topic: the bounded set of the ``reason`` label
+DEAD_LETTER_REASONS = ("malformed", "operator_failed", *LIMIT_REASONS)
+
+
 @dataclass
 class StageStats:
     """Counters of one stage (one runner instance, or one stage of an analysis); read by the live
@@ -52,6 +60,9 @@ class StageStats:
     bytes_out: int = 0
     commits: int = 0
     restored_partitions: int = 0
+    #: rebalance events by kind (assigned, revoked, lost) and input partitions each concerned
+    rebalances: dict[str, int] = field(default_factory=dict)
+    revoked_partitions: int = 0
     lag: dict[int, int] = field(default_factory=dict)
     busy_s: float = 0.0
     started: float = field(default_factory=time.monotonic)
@@ -62,6 +73,24 @@ class StageStats:
     by_topic: dict[str, int] = field(default_factory=dict)
     #: seconds spent in each operator (by class name), where the caller times them
     by_operator: dict[str, float] = field(default_factory=dict)
+    #: batches per duration bucket (:data:`BATCH_BUCKETS`, then the overflow) and their total seconds
+    batch_buckets: list[int] = field(default_factory=lambda: [0] * (len(BATCH_BUCKETS) + 1))
+    #: dead letters per reason (:data:`DEAD_LETTER_REASONS`)
+    dead_by_reason: dict[str, int] = field(default_factory=dict)
+    #: the chosen librdkafka statistics of the stage's clients, by (client, statistic)
+    kafka: dict[tuple[str, str], float] = field(default_factory=dict)
+
+    def observe_batch(self, seconds: float) -> None:
+        """One processed batch of ``seconds`` into the duration histogram."""
+        self.batch_buckets[bisect.bisect_left(BATCH_BUCKETS, seconds)] += 1
+        self.busy_s += seconds
+        self.last_batch_ms = seconds * 1000
+
+    def dead_letter(self, reason: str) -> None:
+        if reason not in DEAD_LETTER_REASONS:
+            raise ValueError(f"unknown dead-letter reason {reason!r}; known: {DEAD_LETTER_REASONS}")
+        self.dead_letters += 1
+        self.dead_by_reason[reason] = self.dead_by_reason.get(reason, 0) + 1
 
     def count_out(self, encoded: Encoded) -> None:
         """Bytes and records per topic of what the stage published."""

@@ -22,7 +22,7 @@ from perfsift.streams.cli.clean import clean_command, kb_app, quality_command
 from perfsift.streams.cli.contract import contract_app
 from perfsift.streams.cli.kafka import broker, produce, tail, topics
 from perfsift.streams.cli.model import balance_command, predict_command
-from perfsift.streams.cli.pipeline import run, worker
+from perfsift.streams.cli.pipeline import run, validate, worker
 from perfsift.streams.cli.producers import replay_command, sample_command, synth_command
 from perfsift.streams.cli.pursuit import pursuit
 from perfsift.streams.cli.select import forecast, select_metrics
@@ -83,6 +83,7 @@ COMMANDS: dict[str, Callable[..., None]] = {
     "worker": worker,
     "tail": tail,
     "run": run,
+    "validate": validate,
     "forecast": forecast,
     "predict": predict_command,
     "balance": balance_command,

@@ -17,7 +17,7 @@ from perfsift.producers.traces import iter_samples
 from perfsift.schemas import RecordError
 from perfsift.streams.broker import BrokerError, EmbeddedBroker
 from perfsift.streams.cli.ui import (
-    BootstrapOpt,
+    BootstrapNeededOpt,
     ConfigOpt,
     PropsOpt,
     SetOpt,
@@ -59,7 +59,7 @@ def broker(
 
 
 def topics(
-    bootstrap: BootstrapOpt = None,
+    bootstrap: BootstrapNeededOpt = None,
     kafka_prop: PropsOpt = None,
     config: ConfigOpt = None,
     settings: SetOpt = None,
@@ -68,7 +68,7 @@ def topics(
     cfg = pipeline_from_flags(config, settings)
     if not bootstrap:
         raise fail("topics needs --bootstrap (or PERFSIFT_BOOTSTRAP)")
-    created = create_pipeline_topics(cfg, kafka_properties(bootstrap, parse_props(kafka_prop)))
+    created = create_pipeline_topics(cfg, kafka_properties(bootstrap, parse_props(kafka_prop), file=cfg.kafka))
     names, _ = cfg.topics()
     out.print(f"{len(created)} topics created, {len(names) - len(created)} existed: {', '.join(names)}")
 
@@ -79,7 +79,7 @@ def produce(
     ] = None,
     demo: Annotated[bool, typer.Option("--demo", help="Publish the bundled demo trace instead of FILE.")] = False,
     topic: Annotated[str, typer.Option("--topic", "-t", help="Topic to publish to.")] = "perf.raw",
-    bootstrap: BootstrapOpt = None,
+    bootstrap: BootstrapNeededOpt = None,
     kafka_prop: PropsOpt = None,
     job: Annotated[str | None, typer.Option(help="Set this job on every sample.")] = None,
 ) -> None:
@@ -108,7 +108,7 @@ def produce(
 
 def tail(
     topic: Annotated[str, typer.Argument(help="Topic to read.")],
-    bootstrap: BootstrapOpt = None,
+    bootstrap: BootstrapNeededOpt = None,
     kafka_prop: PropsOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print raw JSON lines.")] = False,
     from_beginning: Annotated[bool, typer.Option("--from-beginning/--from-end")] = True,

@@ -14,6 +14,7 @@ import typer
 from perfsift.producers import demo_trace_path
 from perfsift.streams.broker import BrokerError, bootstrap_or_embedded
 from perfsift.streams.cli.ui import (
+    BootstrapNeededOpt,
     BootstrapOpt,
     ConfigOpt,
     PropsOpt,
@@ -38,7 +39,7 @@ from rich.table import Table
 def worker(
     stage: Annotated[str, typer.Argument(help="Name of the stage in the pipeline file.")],
     config: ConfigOpt = None,
-    bootstrap: BootstrapOpt = None,
+    bootstrap: BootstrapNeededOpt = None,
     kafka_prop: PropsOpt = None,
     settings: SetOpt = None,
     create_topics: Annotated[bool, typer.Option(help="Create missing topics at start.")] = True,
@@ -62,7 +63,7 @@ def worker(
         raise fail(f"{cfg.source}: no stage {stage!r}; stages are: {', '.join(cfg.stages)}")
     if not bootstrap:
         raise fail("worker needs --bootstrap (or PERFSIFT_BOOTSTRAP); `perfsift run` runs everything embedded")
-    props = kafka_properties(bootstrap, parse_props(kafka_prop))
+    props = kafka_properties(bootstrap, parse_props(kafka_prop), file=cfg.kafka)
     runner = StageRunner(st, cfg, props)
     try:  # bound before Kafka is asked anything: a local mistake fails at once
         health = HealthServer(runner, http_port, http_host) if http_port else None
@@ -100,6 +101,21 @@ def worker(
             if health is not None:
                 health.stop()
     typer.echo(orjson.dumps(stats.as_dict()).decode(), err=True)
+
+
+def validate(
+    pipeline: Annotated[Path, typer.Argument(help="Pipeline file to check.", exists=True, dir_okay=False)],
+    settings: SetOpt = None,
+) -> None:
+    """Check a pipeline file as a worker would read it (settings, PERFSIFT_* variables, --set,
+    stages, operators and their parameters, limits, the kafka section) without contacting Kafka;
+    exit 0 with a summary, or 2 with what is wrong."""
+    cfg = pipeline_from_flags(pipeline, settings)
+    names, _ = cfg.topics()
+    out.print(f"{pipeline}: ok - {len(cfg.stages)} stages ({', '.join(cfg.stages) or 'none'}), {len(names)} topics")
+    for st in cfg.stages.values():
+        ops = " -> ".join(op.type for op in st.operators) or "(passes samples)"
+        out.print(f"  {st.name}: {cfg.topic(st.input)} -> {ops} -> {', '.join(cfg.topic(o) for o in st.written)}")
 
 
 def run(
@@ -173,7 +189,7 @@ def run(
         with bootstrap_or_embedded(bootstrap) as (bs, embedded), stop_on_signals(stop):
             if embedded is not None:
                 console.print(f"embedded broker on {bs} (in memory)")
-            props = kafka_properties(bs, parse_props(kafka_prop))
+            props = kafka_properties(bs, parse_props(kafka_prop), file=cfg.kafka)
             create_pipeline_topics(cfg, props)
             local = LocalRun(cfg, props, embedded is not None, processes)
             with console.status("waiting for the stages to join their consumer groups"):

@@ -75,7 +75,7 @@ def replay_command(
         with bootstrap_or_embedded(bootstrap) as (bs, embedded):
             if embedded is not None:
                 console.print(f"embedded broker on {bs} (in memory: the samples are gone when replay ends)")
-            props = kafka_properties(bs, parse_props(kafka_prop))
+            props = kafka_properties(bs, parse_props(kafka_prop), file=cfg.kafka)
             create_pipeline_topics(cfg, props)
             control = None
             if adaptive:
@@ -167,7 +167,7 @@ def sample_command(
         with bootstrap_or_embedded(bootstrap) as (bs, embedded):
             if embedded is not None:
                 console.print(f"embedded broker on {bs} (in memory)")
-            props = kafka_properties(bs, parse_props(kafka_prop))
+            props = kafka_properties(bs, parse_props(kafka_prop), file=cfg.kafka)
             create_pipeline_topics(cfg, props)
             control = AdaptiveControl(props, cfg.topic("perf.control")) if adaptive else None
             if control is not None and not control.wait_ready():

@@ -44,12 +44,29 @@ BootstrapOpt = Annotated[
         "--bootstrap",
         "-b",
         envvar="PERFSIFT_BOOTSTRAP",
+        metavar="HOST:PORT,...",
         help="Kafka bootstrap servers (host:port,...). Without it, an embedded broker is started.",
+    ),
+]
+#: --bootstrap of the commands that need a running cluster (no embedded fallback)
+BootstrapNeededOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--bootstrap",
+        "-b",
+        envvar="PERFSIFT_BOOTSTRAP",
+        metavar="HOST:PORT,...",
+        help="Kafka bootstrap servers (host:port,...); required (`perfsift broker` starts one locally).",
     ),
 ]
 PropsOpt = Annotated[
     list[str] | None,
-    typer.Option("--kafka-prop", "-X", help="librdkafka property key=value (repeatable), e.g. for SASL/TLS."),
+    typer.Option(
+        "--kafka-prop",
+        "-X",
+        metavar="KEY=VALUE",
+        help="librdkafka property (repeatable), e.g. for SASL/TLS; beats PERFSIFT_KAFKA_* and the pipeline file.",
+    ),
 ]
 ConfigOpt = Annotated[
     Path | None,
@@ -57,7 +74,11 @@ ConfigOpt = Annotated[
 ]
 SetOpt = Annotated[
     list[str] | None,
-    typer.Option("--set", help="Override a pipeline setting, e.g. --set partitions=12 (beats YAML and PERFSIFT_*)."),
+    typer.Option(
+        "--set",
+        metavar="KEY=VALUE",
+        help="Override a pipeline setting, e.g. --set partitions=12 (beats YAML and PERFSIFT_*).",
+    ),
 ]
 
 

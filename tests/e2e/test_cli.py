@@ -69,6 +69,39 @@ def test_bad_pipeline_file_is_named_in_the_error(tmp_path: Path) -> None:
     assert f"{cfg}: stages.s.operators[0]: unknown operator 'nope'" in r.stderr.replace("\n", "")
 
 
+def test_validate_checks_a_pipeline_file_without_kafka(tmp_path: Path) -> None:
+    r = perfsift("validate", "streams/pipeline.yaml", cwd=Path(__file__).resolve().parents[2])
+    assert r.returncode == 0, r.stderr
+    assert "ok - 2 stages (node, select)" in r.stdout
+    assert "node: perf.raw -> clean -> sliding_mean -> forecast ->" in r.stdout
+    cfg = tmp_path / "p.yaml"
+    cfg.write_text("partitons: 3\nstages:\n  s: {input: perf.raw, outputs: [x], operators: [{type: sliding_maen}]}\n")
+    r = perfsift("validate", str(cfg))
+    assert r.returncode == 2 and "unknown settings ['partitons'] (did you mean 'partitions'?)" in r.stderr
+    cfg.write_text("stages:\n  s: {input: perf.raw, outputs: [x], operators: [{type: sliding_maen}]}\n")
+    r = perfsift("validate", str(cfg))
+    assert r.returncode == 2
+    assert "unknown operator 'sliding_maen' (did you mean 'sliding_mean'?)" in r.stderr.replace("\n", "")
+
+
+def test_bootstrap_help_says_which_commands_start_an_embedded_broker() -> None:
+    import typer
+    from perfsift.streams.cli import app
+
+    group = typer.main.get_command(app)
+    ctx = typer.Context(group)
+
+    def bootstrap_help(cmd: str) -> str:
+        command = group.get_command(ctx, cmd)  # type: ignore[attr-defined]
+        (opt,) = [p for p in command.params if p.name == "bootstrap"]
+        return str(opt.help)
+
+    for cmd in ("worker", "topics", "produce", "tail"):  # they refuse to run without it
+        assert "required" in bootstrap_help(cmd) and "embedded" not in bootstrap_help(cmd), cmd
+    for cmd in ("run", "replay", "sample"):  # they start the embedded broker without it
+        assert "Without it, an embedded broker is started" in bootstrap_help(cmd), cmd
+
+
 def test_unknown_stage_and_missing_bootstrap_are_clear() -> None:
     r = perfsift("worker", "nosuch", "--bootstrap", "127.0.0.1:1")
     assert r.returncode == 2 and "no stage 'nosuch'" in r.stderr

@@ -32,6 +32,23 @@ def test_precedence_of_kafka_properties() -> None:
     assert props == {"bootstrap.servers": "k:9092", "sasl.mechanism": "SCRAM-SHA-512", "client.id": "from-flag"}
 
 
+def test_kafka_settings_precedence_defaults_file_env_flags(tmp_path: Path) -> None:
+    from perfsift.streams.clients import consumer_settings, producer_settings
+
+    cfg = load_pipeline(
+        write(tmp_path, "kafka: {linger.ms: 20, session.timeout.ms: 9000, enable.idempotence: false}\n")
+    )
+    assert cfg.kafka == {"linger.ms": "20", "session.timeout.ms": "9000", "enable.idempotence": "false"}
+    env = {"PERFSIFT_KAFKA_LINGER_MS": "30"}
+    props = kafka_properties("k:9092", parse_props(["session.timeout.ms=45000"]), env=env, file=cfg.kafka)
+    consumer, producer = consumer_settings(props, "g"), producer_settings(props)
+    assert consumer["session.timeout.ms"] == "45000" and consumer["heartbeat.interval.ms"] == 500  # flag; default
+    assert producer["linger.ms"] == "30" and producer["enable.idempotence"] == "false"  # env over file; file
+    assert producer["compression.type"] == "zstd" and consumer["group.id"] == "g"
+    with pytest.raises(ConfigError, match="kafka: a mapping"):
+        load_pipeline(write(tmp_path, "kafka: [linger.ms]\n"))
+
+
 @pytest.mark.parametrize(
     ("text", "env", "msg"),
     [
