@@ -83,7 +83,8 @@ class Guard:
         for r in rows[(counts > lim.max_metrics_per_sample) & ~too_long]:
             refused[int(r)] = ("too_many_metrics", f"{counts[r]} metrics, more than {lim.max_metrics_per_sample}")
         # new nodes and jobs, admitted in order of first appearance while there is room
-        ok = np.array([r not in refused for r in range(len(batch))], dtype=bool)
+        ok = np.ones(len(batch), dtype=bool)
+        ok[list(refused)] = False
         pair = batch.job_idx * max(len(batch.nodes), 1) + batch.node_idx
         order = np.unique(pair[ok], return_index=True)[1]
         refused_pairs: dict[int, tuple[str, str]] = {}
@@ -109,7 +110,8 @@ class Guard:
                 refused[int(r)] = refused_pairs[int(pair[r])]
         if not refused and not long_metrics.any():
             return batch, []
-        keep = np.array([r not in refused for r in range(len(batch))], dtype=bool)
+        keep = np.ones(len(batch), dtype=bool)
+        keep[list(refused)] = False
         kept = batch.take(np.flatnonzero(keep))
         # columns only refused rows had a value in go with them (as if those records never came)
         drop = long_metrics | (present.any(axis=0) & ~present[keep].any(axis=0))

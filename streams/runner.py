@@ -85,7 +85,9 @@ class StageRunner:
     ) -> None:
         self.stage = stage
         self.pipeline = pipeline
-        self.kafka = kafka
+        # the pipeline file's kafka: section under what the caller resolved (env, -X), so a runner
+        # honours the file whoever built its properties
+        self.kafka = {**pipeline.kafka, **kafka}
         self.group_id = group_id or f"{pipeline.topic_prefix}perfsift.{stage.name}"
         self.instance = instance or uuid.uuid4().hex[:8]
         self.embedded = embedded
@@ -102,7 +104,9 @@ class StageRunner:
         self._dlq_topic = pipeline.topic(DEADLETTER_TOPIC)
         state_topic = pipeline.topic(STATE_TOPIC)
         self._checkpoints = Checkpoints(kafka, self.group_id, state_topic, pipeline.partitions, stage.name)
-        self._fingerprint = Chain(stage, pipeline.encoding).fingerprint()
+        #: built once for the fingerprint and the warm-up (each partition gets its own chain)
+        self._template = Chain(stage, pipeline.encoding)
+        self._fingerprint = self._template.fingerprint()
         self._consumer: Consumer | None = None
         self._producer: Producer | None = None
         self._in_txn = False
@@ -238,7 +242,7 @@ class StageRunner:
 
     def _warm_up(self) -> None:
         t = time.monotonic()
-        for op in Chain(self.stage, self.pipeline.encoding).operators:
+        for op in self._template.operators:
             try:
                 op.warm_up()
             except Exception:  # only a head start: the first batch will load what this did not
@@ -311,7 +315,11 @@ class StageRunner:
         for i in big:
             self._dead_letter(ms[i], f"{len(values[i] or b'')} bytes, more than {part.guard.limits.max_record_bytes}",
                               "record_too_large")  # fmt: skip
-        pos = [i for i in range(len(ms)) if i not in set(big)] if big else range(len(ms))
+        if big:
+            skip = set(big)
+            pos: list[int] | range = [i for i in range(len(ms)) if i not in skip]
+        else:
+            pos = range(len(ms))
 
         def place(i: int) -> str:
             return f"{topic}:{partition}:{ms[pos[i]].offset()}"
@@ -414,7 +422,7 @@ class StageRunner:
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         numbers = [p.partition for p in partitions]
         snapshots = {}
-        if self.pipeline.snapshots:
+        if self.pipeline.snapshots and numbers:  # a cooperative round may assign nothing new
             snapshots = self._checkpoints.load(self._in_topic, numbers, self.exactly_once)
         restored: list[int] = []
         for tp in partitions:
