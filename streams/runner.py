@@ -85,8 +85,7 @@ class StageRunner:
     ) -> None:
         self.stage = stage
         self.pipeline = pipeline
-        # the pipeline file's kafka: section under what the caller resolved (env, -X), so a runner
-        # honours the file whoever built its properties
+        # the pipeline file's kafka: section under what the caller resolved (env, -X)
         self.kafka = {**pipeline.kafka, **kafka}
         self.group_id = group_id or f"{pipeline.topic_prefix}perfsift.{stage.name}"
         self.instance = instance or uuid.uuid4().hex[:8]
@@ -104,9 +103,8 @@ class StageRunner:
         self._dlq_topic = pipeline.topic(DEADLETTER_TOPIC)
         state_topic = pipeline.topic(STATE_TOPIC)
         self._checkpoints = Checkpoints(kafka, self.group_id, state_topic, pipeline.partitions, stage.name)
-        #: built once for the fingerprint and the warm-up (each partition gets its own chain)
         self._template = Chain(stage, pipeline.encoding)
-        self._fingerprint = self._template.fingerprint()
+        self._fingerprint = self._template.fingerprint()  # the template also serves the warm-up
         self._consumer: Consumer | None = None
         self._producer: Producer | None = None
         self._in_txn = False
@@ -315,11 +313,8 @@ class StageRunner:
         for i in big:
             self._dead_letter(ms[i], f"{len(values[i] or b'')} bytes, more than {part.guard.limits.max_record_bytes}",
                               "record_too_large")  # fmt: skip
-        if big:
-            skip = set(big)
-            pos: list[int] | range = [i for i in range(len(ms)) if i not in skip]
-        else:
-            pos = range(len(ms))
+        skip = set(big)
+        pos = [i for i in range(len(ms)) if i not in skip] if big else range(len(ms))
 
         def place(i: int) -> str:
             return f"{topic}:{partition}:{ms[pos[i]].offset()}"
