@@ -86,7 +86,14 @@ def test_core_resources_match_the_kubernetes_schema(rendered: tuple[str, list[di
 @pytest.fixture(scope="module")
 def crd_validator() -> Path:
     schemas = K8S / "schemas"
-    if not (schemas / "node_modules" / "@kubernetes-models").exists():
+    deps = json.loads((schemas / "package.json").read_text())["dependencies"]
+    installed = [schemas / "node_modules" / name / "package.json" for name in deps]
+    # (re)install when a pinned package is missing or at another version (package.json changed)
+    if not all(
+        p.exists()
+        and json.loads(p.read_text())["version"] == deps[p.parent.relative_to(schemas / "node_modules").as_posix()]
+        for p in installed
+    ):
         npm = tool("npm")
         r = subprocess.run(
             [npm, "ci", "--no-audit", "--no-fund"], cwd=schemas, capture_output=True, text=True, timeout=300
