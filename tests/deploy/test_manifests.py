@@ -252,6 +252,8 @@ def test_prod_credentials_and_ca_come_from_strimzi_secrets_only() -> None:
     assert auth["spec"]["env"] == [
         {"parameter": "username", "name": "PERFSIFT_KAFKA_SASL_USERNAME", "containerName": "worker"}
     ]
+    # KEDA reads that variable from the container of each scaled Deployment
+    assert {_containers(d)[0]["name"] for d in _by_kind(docs, "Deployment")} == {"worker"}
     for so in _by_kind(docs, "ScaledObject"):
         meta = so["spec"]["triggers"][0]["metadata"]
         assert (meta["sasl"], meta["tls"]) == ("scram_sha512", "enable")
