@@ -11,13 +11,14 @@ from __future__ import annotations
 import base64
 import logging
 import os
+import re
 import time
 import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any, cast
 
 import orjson
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from perfsift.streams.config import ConfigError, PipelineConfig, parse_pairs
 from perfsift.streams.logs import kafka_logger
@@ -97,16 +98,91 @@ def consumer_settings(props: Mapping[str, str], group: str, isolation: str = "re
     return s | {"group.id": group, "enable.auto.commit": False, "logger": kafka_logger()}
 
 
-def producer_settings(props: Mapping[str, str], transactional_id: str | None = None) -> dict[str, Any]:
+def producer_settings(
+    props: Mapping[str, str], transactional_id: str | None = None, negotiate: bool = False
+) -> dict[str, Any]:
     """A producer's configuration: :data:`PRODUCER_DEFAULTS` < ``props`` (the user's), then the
-    transactional id when the stage runs exactly-once (:data:`MANAGED`)."""
+    transactional id when the stage runs exactly-once (:data:`MANAGED`). With ``negotiate`` and no
+    codec of the user's, the default zstd becomes what the brokers take
+    (:func:`negotiated_compression`: asks the cluster once per process)."""
     _refuse_managed(props)
     s: dict[str, Any] = {**PRODUCER_DEFAULTS, "delivery.report.only.error": True, **props, "logger": kafka_logger()}
+    if negotiate and not {"compression.type", "compression.codec"} & set(props) and "bootstrap.servers" in props:
+        s["compression.type"] = negotiated_compression(props)
     if transactional_id:
         s["transactional.id"] = transactional_id
         # a zombie's open transaction blocks read_committed readers until it times out: keep it short
         s.setdefault("transaction.timeout.ms", 10000)
     return s
+
+
+#: perfsift's default codec first, then what a producer falls back to when the brokers lack it
+COMPRESSION_FALLBACK = ("zstd", "lz4", "none")
+#: the librdkafka protocol feature a broker must have for each codec (gzip and snappy need none)
+CODEC_FEATURES = {"zstd": "ZSTD", "lz4": "LZ4", "none": ""}
+_negotiated: dict[str, str] = {}
+_FEATURE_LINE = re.compile(r"^(\S+): (Enabling|Disabling) feature (\w+)$")
+
+
+def broker_features(props: Mapping[str, Any], timeout: float = 5.0) -> set[str] | None:
+    """The protocol features librdkafka enables for the first broker that answers its ApiVersions
+    request (``ZSTD``, ``LZ4``, ``IdempotentProducer``, ...; read from its ``debug=feature`` log),
+    or None when no broker answered within ``timeout`` seconds or the connection failed."""
+    lines: list[str] = []
+
+    class _Capture:  # librdkafka calls logger.log(level, fmt, *args)
+        def log(self, level: int, fmt: str, *args: object) -> None:
+            lines.append(fmt % args if args else fmt)
+
+    settings = {k: v for k, v in props.items() if k not in ("debug", "logger")}
+    probe = Producer({**settings, "debug": "feature", "logger": _Capture()})
+    features: dict[str, set[str]] = {}
+    deadline, quiet_since = time.monotonic() + timeout, None
+    try:
+        while time.monotonic() < deadline:
+            probe.poll(0.05)
+            seen = sum(map(len, features.values()))
+            for line in lines:
+                if ("Connect to" in line and "failed" in line) or "Failed to resolve" in line:
+                    return None
+                m = _FEATURE_LINE.match(line.split("]: ", 1)[-1])
+                if m:
+                    on = features.setdefault(m.group(1), set())
+                    (on.add if m.group(2) == "Enabling" else on.discard)(m.group(3))
+            lines.clear()
+            if features and sum(map(len, features.values())) == seen:  # the burst of one answer is over
+                if quiet_since is not None and time.monotonic() - quiet_since > 0.2:
+                    return next(iter(features.values()))
+                quiet_since = quiet_since or time.monotonic()
+            else:
+                quiet_since = None
+        return None
+    finally:
+        probe.flush(0)
+
+
+def choose_compression(features: set[str]) -> str:
+    """The first codec of :data:`COMPRESSION_FALLBACK` whose broker feature is in ``features``."""
+    return next(c for c in COMPRESSION_FALLBACK if not CODEC_FEATURES[c] or CODEC_FEATURES[c] in features)
+
+
+def negotiated_compression(props: Mapping[str, Any], features: set[str] | None = None) -> str:
+    """zstd when the brokers take it, else lz4, else none, with one WARNING line when falling back.
+    Asked once per process and cluster (``features``: already known, for tests); when no broker
+    answers, zstd stays (librdkafka itself then sends uncompressed batches to a broker without it)."""
+    key = str(props.get("bootstrap.servers", ""))
+    if key not in _negotiated:
+        known = features if features is not None else broker_features(props)
+        codec = "zstd" if known is None else choose_compression(known)
+        if codec != "zstd":
+            logging.getLogger("perfsift.clients").warning(
+                "brokers at %s do not support zstd compression; producers send %s batches",
+                key,
+                codec,
+                extra={"bootstrap": key, "compression": codec},
+            )
+        _negotiated[key] = codec
+    return _negotiated[key]
 
 
 def redacted(settings: Mapping[str, Any]) -> dict[str, str]:

@@ -71,7 +71,7 @@ class KnowledgeBase:
             self.ph = "?"
         cur = self.conn.cursor()
         for stmt in SCHEMA:
-            cur.execute(stmt)
+            cur.execute(self._ddl(stmt))
         self._add_key_columns(cur)
         self.conn.commit()
 
@@ -85,7 +85,14 @@ class KnowledgeBase:
                     cur.execute(f"ALTER TABLE runs ADD COLUMN {name} {decl}")
         else:
             for name, decl in KEY_COLUMNS:
-                cur.execute(f"ALTER TABLE runs ADD COLUMN IF NOT EXISTS {name} {decl}")
+                cur.execute(self._ddl(f"ALTER TABLE runs ADD COLUMN IF NOT EXISTS {name} {decl}"))
+
+    def _ddl(self, stmt: str) -> str:
+        """A table definition for this backend: on PostgreSQL the run id is generated (SERIAL) and
+        REAL, which is 4 bytes there, is DOUBLE PRECISION (8 bytes, as SQLite's REAL)."""
+        if self.ph == "?":
+            return stmt
+        return stmt.replace("INTEGER PRIMARY KEY", "SERIAL PRIMARY KEY").replace(" REAL", " DOUBLE PRECISION")
 
     def _key_filter(self, app: str, platform: str, workload: str, interval: float | None) -> tuple[str, list[Any]]:
         """SQL condition on ``runs r`` and its arguments for one key; interval None = any."""
@@ -121,8 +128,13 @@ class KnowledgeBase:
         """Store a run's samples under its key; returns its run id. Events' statistics go to the
         primary table. ``interval`` None: the median spacing of each node's samples."""
         cur = self.conn.cursor()
-        cur.execute(self._q("INSERT INTO runs (app, source, added_at) VALUES (?, ?, ?)"), (app, source, time.time()))
-        run_id = int(cur.lastrowid) if cur.lastrowid is not None else self._last_id(cur)
+        insert = "INSERT INTO runs (app, source, added_at) VALUES (?, ?, ?)"
+        if self.ph == "?":
+            cur.execute(insert, (app, source, time.time()))
+            run_id = int(cur.lastrowid)
+        else:  # psycopg cursors have no lastrowid
+            cur.execute(self._q(insert + " RETURNING run_id"), (app, source, time.time()))
+            run_id = int(cur.fetchone()[0])
         stats: dict[str, list[float]] = {}  # event -> [n, min, max, sum, sumsq-shifted...] (Welford below)
         n_samples = 0
         t_min, t_max = math.inf, -math.inf
@@ -168,10 +180,6 @@ class KnowledgeBase:
         )  # fmt: skip
         self.conn.commit()
         return run_id
-
-    def _last_id(self, cur: Any) -> int:
-        cur.execute("SELECT MAX(run_id) FROM runs")
-        return int(cur.fetchone()[0])
 
     # -- reading -------------------------------------------------------------------------------------
     def runs(self) -> list[dict[str, Any]]:

@@ -15,7 +15,10 @@ import numpy as np
 
 
 def _pyplot() -> Any:
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:  # the worker image leaves it out
+        raise RuntimeError("figures need matplotlib: pip install matplotlib") from None
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

@@ -59,7 +59,7 @@ class SamplePublisher:
             if err is not None:
                 self.failed.append(str(err))
 
-        settings = producer_settings(props) | {
+        settings = producer_settings(props, negotiate=True) | {
             "on_delivery": on_delivery,
             # bounded local queue: memory stays flat whatever the trace size (BufferError = wait)
             "queue.buffering.max.messages": 200000,

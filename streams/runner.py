@@ -162,7 +162,7 @@ class StageRunner:
         if "partition.assignment.strategy" not in self.kafka:
             consumer["partition.assignment.strategy"] = "range" if self.is_embedded() else "cooperative-sticky"
         txn_id = f"{self.group_id}.{self.instance}" if self.exactly_once else None
-        producer = producer_settings(self.kafka, txn_id)
+        producer = producer_settings(self.kafka, txn_id, negotiate=True)
         producer.setdefault("statistics.interval.ms", STATISTICS_INTERVAL_MS)
         return consumer, producer
 

@@ -1,13 +1,20 @@
 // Validates custom resources (JSON array on stdin) against validators generated from the published
-// CRD schemas: Strimzi KafkaTopic (kafka.strimzi.io/v1beta2) and KEDA ScaledObject /
-// TriggerAuthentication (keda.sh/v1alpha1). Prints one JSON line {kind, name, error} per resource.
+// CRD schemas: Strimzi KafkaTopic / KafkaUser (kafka.strimzi.io/v1beta2), KEDA ScaledObject /
+// TriggerAuthentication (keda.sh/v1alpha1) and prometheus-operator PodMonitor / PrometheusRule
+// (monitoring.coreos.com/v1). Prints one JSON line {kind, name, error} per resource.
 import { readFileSync } from "node:fs";
 import { ScaledObject } from "@kubernetes-models/keda/keda.sh/v1alpha1/ScaledObject";
 import { TriggerAuthentication } from "@kubernetes-models/keda/keda.sh/v1alpha1/TriggerAuthentication";
 import { KafkaTopic } from "@kubernetes-models/strimzi-kafka-operator/kafka.strimzi.io/v1beta2/KafkaTopic";
+import { KafkaUser } from "@kubernetes-models/strimzi-kafka-operator/kafka.strimzi.io/v1beta2/KafkaUser";
+import { PodMonitor } from "@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1/PodMonitor";
+import { PrometheusRule } from "@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1/PrometheusRule";
 
 const models = {
   "kafka.strimzi.io/v1beta2/KafkaTopic": KafkaTopic,
+  "kafka.strimzi.io/v1beta2/KafkaUser": KafkaUser,
+  "monitoring.coreos.com/v1/PodMonitor": PodMonitor,
+  "monitoring.coreos.com/v1/PrometheusRule": PrometheusRule,
   "keda.sh/v1alpha1/ScaledObject": ScaledObject,
   "keda.sh/v1alpha1/TriggerAuthentication": TriggerAuthentication,
 };

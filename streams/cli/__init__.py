@@ -26,6 +26,7 @@ from perfsift.streams.cli.pipeline import run, validate, worker
 from perfsift.streams.cli.producers import replay_command, sample_command, synth_command
 from perfsift.streams.cli.pursuit import pursuit
 from perfsift.streams.cli.select import forecast, select_metrics
+from perfsift.streams.cli.shell import cli_command, run_cli
 from perfsift.streams.cli.ui import fail, out
 from perfsift.streams.logs import LogFormat, LogLevel, setup_logging
 
@@ -34,7 +35,7 @@ from perfsift import __version__
 app = typer.Typer(
     help="perfsift: reduce performance-monitoring data in flight (streaming operators on Kafka).",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion (bash, zsh, fish, PowerShell)
     pretty_exceptions_enable=False,
 )
 
@@ -105,7 +106,7 @@ app.add_typer(kb_app, name="kb")
 
 def main() -> None:
     try:
-        app()
+        sys.exit(run_cli(cli_command(app)))
     except KafkaException as exc:  # e.g. no broker at --bootstrap: one line, not a traceback
         err = exc.args[0] if exc.args else None
         what = err.str() if isinstance(err, KafkaError) else str(exc)

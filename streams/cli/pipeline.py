@@ -4,6 +4,7 @@ whole pipeline on one machine with a live view of the stages and a summary at th
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import time
 from pathlib import Path
@@ -26,13 +27,14 @@ from perfsift.streams.cli.ui import (
     stop_on_signals,
 )
 from perfsift.streams.clients import create_pipeline_topics, kafka_properties, parse_props
-from perfsift.streams.config import with_options
+from perfsift.streams.config import ConfigError, load_pipeline, parse_settings, with_options
 from perfsift.streams.http import HealthServer
 from perfsift.streams.local import DEFAULT_REPORT, LocalRun
 from perfsift.streams.logs import LogFormat, current_logging
 from perfsift.streams.runner import StageRunner
 from perfsift.streams.stage import StageError
 from rich.live import Live
+from rich.markup import escape
 from rich.table import Table
 
 
@@ -104,13 +106,34 @@ def worker(
 
 
 def validate(
-    pipeline: Annotated[Path, typer.Argument(help="Pipeline file to check.", exists=True, dir_okay=False)],
+    pipeline: Annotated[
+        Path | None, typer.Argument(help="Pipeline file to check.", exists=True, dir_okay=False, show_default=False)
+    ] = None,
     settings: SetOpt = None,
+    schema: Annotated[
+        bool, typer.Option("--schema", help="Print the pipeline file's JSON Schema (from the operators' signatures).")
+    ] = False,
 ) -> None:
     """Check a pipeline file as a worker would read it (settings, PERFSIFT_* variables, --set,
-    stages, operators and their parameters, limits, the kafka section) without contacting Kafka;
-    exit 0 with a summary, or 2 with what is wrong."""
-    cfg = pipeline_from_flags(pipeline, settings)
+    stages, operators and their parameters, limits, the kafka section) without contacting Kafka:
+    first against the JSON Schema (each mistake as file:line, with "did you mean"), then as the
+    stages are built. Exit 0 with a summary, or 2 with what is wrong."""
+    from perfsift.streams.pipeline_schema import config_error_line, pipeline_schema, schema_errors
+
+    if schema:
+        sys.stdout.write(orjson.dumps(pipeline_schema(), option=orjson.OPT_INDENT_2).decode() + "\n")
+        return
+    if pipeline is None:
+        raise fail("validate needs a PIPELINE file (or --schema)")
+    errors = schema_errors(pipeline)
+    if errors:
+        for line in errors:
+            console.print("[red]error:[/red]", escape(line), soft_wrap=True)
+        raise typer.Exit(2)
+    try:
+        cfg = load_pipeline(pipeline, overrides=parse_settings(settings))
+    except ConfigError as exc:
+        raise fail(config_error_line(pipeline, str(exc))) from None
     names, _ = cfg.topics()
     out.print(f"{pipeline}: ok - {len(cfg.stages)} stages ({', '.join(cfg.stages) or 'none'}), {len(names)} topics")
     for st in cfg.stages.values():

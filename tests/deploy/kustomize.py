@@ -1,6 +1,7 @@
 """A small kustomize-equivalent renderer for the subset of kustomization features k8s/ uses.
 
-Supported: ``resources`` (files and directories with a kustomization), ``namespace``, ``labels``
+Supported: ``resources`` (files and directories with a kustomization), ``namespace`` (which, as in
+kustomize, also renames a Namespace resource), ``labels``
 (pairs, metadata only), ``configMapGenerator`` (files and ``options.labels``, with
 ``generatorOptions.disableNameSuffixHash``),
 ``images`` (newName/newTag) and ``patches`` with inline RFC 6902 operations and a ``target`` by
@@ -76,6 +77,8 @@ def render(directory: str | Path) -> list[dict[str, Any]]:
         meta = x.setdefault("metadata", {})
         if "namespace" in k and x["kind"] not in CLUSTER_SCOPED:
             meta["namespace"] = k["namespace"]
+        elif "namespace" in k and x["kind"] == "Namespace":  # as kustomize does: it renames Namespaces
+            meta["name"] = k["namespace"]
         for lab in k.get("labels", []):
             meta.setdefault("labels", {}).update(lab["pairs"])
     return copy.deepcopy(docs)

@@ -23,7 +23,7 @@ from tests.deploy.kustomize import render
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "k8s"
 OVERLAYS = ["dev", "prod"]
-CRD_KINDS = {"KafkaTopic", "ScaledObject", "TriggerAuthentication"}
+CRD_KINDS = {"KafkaTopic", "KafkaUser", "ScaledObject", "TriggerAuthentication", "PodMonitor", "PrometheusRule"}
 K8S_VERSION = "1.30.0"
 
 
@@ -67,10 +67,11 @@ def test_yaml_files_pass_yamllint() -> None:
 
 
 def test_core_resources_match_the_kubernetes_schema(rendered: tuple[str, list[dict]]) -> None:
-    _, docs = rendered
+    overlay, docs = rendered
     core = [d for d in docs if d["kind"] not in CRD_KINDS]
+    # prod goes into the Kafka cluster's namespace, which it must not create or relabel
+    assert ("Namespace" in {d["kind"] for d in core}) == (overlay == "dev")
     assert {d["kind"] for d in core} >= {
-        "Namespace",
         "ServiceAccount",
         "ConfigMap",
         "Deployment",
@@ -85,7 +86,14 @@ def test_core_resources_match_the_kubernetes_schema(rendered: tuple[str, list[di
 @pytest.fixture(scope="module")
 def crd_validator() -> Path:
     schemas = K8S / "schemas"
-    if not (schemas / "node_modules" / "@kubernetes-models").exists():
+    deps = json.loads((schemas / "package.json").read_text())["dependencies"]
+    installed = [schemas / "node_modules" / name / "package.json" for name in deps]
+    # (re)install when a pinned package is missing or at another version (package.json changed)
+    if not all(
+        p.exists()
+        and json.loads(p.read_text())["version"] == deps[p.parent.relative_to(schemas / "node_modules").as_posix()]
+        for p in installed
+    ):
         npm = tool("npm")
         r = subprocess.run(
             [npm, "ci", "--no-audit", "--no-fund"], cwd=schemas, capture_output=True, text=True, timeout=300
@@ -120,6 +128,21 @@ def test_the_crd_validator_rejects_a_bad_resource(crd_validator: Path) -> None:
     }
     (result,) = validate_crs([bad], crd_validator)
     assert "partitions must be >= 1" in result["error"]
+    user = {
+        "apiVersion": "kafka.strimzi.io/v1beta2",
+        "kind": "KafkaUser",
+        "metadata": {"name": "u"},
+        "spec": {"authorization": {"type": "simple", "acls": [{"resource": {"type": "topic"}, "operations": ["Fly"]}]}},
+    }
+    rule = {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "PrometheusRule",
+        "metadata": {"name": "r"},
+        "spec": {"groups": [{"rules": [{"alert": "x"}]}]},
+    }
+    errors = [r["error"] for r in validate_crs([user, rule], crd_validator)]
+    assert "operations/0 must be equal to one of the allowed values" in errors[0]
+    assert "must have required property" in errors[1]
 
 
 def _env(container: dict) -> dict[str, str]:
@@ -186,18 +209,129 @@ def test_pods_are_locked_down(rendered: tuple[str, list[dict]]) -> None:
             assert pod["topologySpreadConstraints"]
 
 
-def test_prod_credentials_come_from_secrets_only() -> None:
+def _by_kind(docs: list[dict], kind: str) -> list[dict]:
+    return [d for d in docs if d["kind"] == kind]
+
+
+def test_prod_credentials_and_ca_come_from_strimzi_secrets_only() -> None:
+    """Every container that talks to Kafka gets SASL_SSL with the KafkaUser's name, its password from
+    the Secret Strimzi writes for that user and the CA file from a volume of the cluster-CA Secret;
+    KEDA uses the same Secrets; no Secret, password or certificate is in any manifest or ConfigMap."""
     docs = render(K8S / "overlays" / "prod")
+    (user,) = _by_kind(docs, "KafkaUser")
+    cluster = user["metadata"]["labels"]["strimzi.io/cluster"]
+    assert {t["metadata"]["labels"]["strimzi.io/cluster"] for t in _by_kind(docs, "KafkaTopic")} == {cluster}
+    assert user["spec"]["authentication"]["type"] == "scram-sha-512"
+    ca_secret, name = f"{cluster}-cluster-ca-cert", user["metadata"]["name"]
+    assert {d["metadata"]["namespace"] for d in docs} == {"kafka"}  # where Strimzi's operators and Secrets are
+    kafka_containers = 0
     for d in docs:
+        pod = d.get("spec", {}).get("template", {}).get("spec", {})
+        volumes = {v["name"]: v for v in pod.get("volumes", [])}
         for c in _containers(d):
             env = {e["name"]: e for e in c.get("env", [])}
-            for key in ("PERFSIFT_KAFKA_SASL_USERNAME", "PERFSIFT_KAFKA_SASL_PASSWORD"):
-                assert env[key]["valueFrom"]["secretKeyRef"]["name"] == "perfsift-kafka"
+            for e in env.values():  # nothing secret-looking is ever a literal
+                if re.search(r"PASSWORD|SECRET|TOKEN|PEM|JAAS|_KEY\b", e["name"]):
+                    assert "value" not in e and "secretKeyRef" in e["valueFrom"], e
+            if "PERFSIFT_BOOTSTRAP" not in env:
+                continue
+            kafka_containers += 1
+            assert env["PERFSIFT_BOOTSTRAP"]["value"].startswith(f"{cluster}-kafka-bootstrap.")
             assert env["PERFSIFT_KAFKA_SECURITY_PROTOCOL"]["value"] == "SASL_SSL"
-    assert not [d for d in docs if d["kind"] == "Secret"]
-    for d in docs:
-        if d["kind"] == "ConfigMap":
-            assert not re.search(r"(?i)password|sasl\.|secret", json.dumps(d["data"]))
+            assert env["PERFSIFT_KAFKA_SASL_MECHANISM"]["value"] == "SCRAM-SHA-512"
+            assert env["PERFSIFT_KAFKA_SASL_USERNAME"]["value"] == name
+            assert env["PERFSIFT_KAFKA_SASL_PASSWORD"]["valueFrom"]["secretKeyRef"] == {"name": name, "key": "password"}
+            ca = Path(env["PERFSIFT_KAFKA_SSL_CA_LOCATION"]["value"])
+            (mount,) = [m for m in c["volumeMounts"] if m["mountPath"] == str(ca.parent)]
+            secret = volumes[mount["name"]]["secret"]
+            assert secret["secretName"] == ca_secret and {"key": "ca.crt", "path": ca.name} in secret["items"]
+    assert kafka_containers == len(_by_kind(docs, "Deployment")) + len(_by_kind(docs, "Job"))
+    (auth,) = _by_kind(docs, "TriggerAuthentication")
+    refs = {r["parameter"]: (r["name"], r["key"]) for r in auth["spec"]["secretTargetRef"]}
+    assert refs == {"password": (name, "password"), "ca": (ca_secret, "ca.crt")}
+    assert auth["spec"]["env"] == [
+        {"parameter": "username", "name": "PERFSIFT_KAFKA_SASL_USERNAME", "containerName": "worker"}
+    ]
+    # KEDA reads that variable from the container of each scaled Deployment
+    assert {_containers(d)[0]["name"] for d in _by_kind(docs, "Deployment")} == {"worker"}
+    for so in _by_kind(docs, "ScaledObject"):
+        meta = so["spec"]["triggers"][0]["metadata"]
+        assert (meta["sasl"], meta["tls"]) == ("scram_sha512", "enable")
+        assert so["spec"]["triggers"][0]["authenticationRef"]["name"] == auth["metadata"]["name"]
+        assert meta["bootstrapServers"].startswith(f"{cluster}-kafka-bootstrap.")
+    assert not _by_kind(docs, "Secret")
+    text = json.dumps(docs)
+    assert "BEGIN CERTIFICATE" not in text and "BEGIN PRIVATE" not in text
+    for d in _by_kind(docs, "ConfigMap"):
+        assert not re.search(r"(?i)password|sasl\.|secret|ssl\.", json.dumps(d["data"]))
+
+
+def test_prod_acls_cover_exactly_the_pipelines_topics_groups_and_transactional_ids() -> None:
+    """The KafkaUser's prefixed ACLs follow from the pipeline file: every topic, every stage's group
+    (and its snapshot reader) and every exactly-once transactional id falls under a prefix with the
+    operations it needs, and nothing outside the pipeline's names does."""
+    from perfsift.streams.runner import StageRunner
+
+    docs = render(K8S / "overlays" / "prod")
+    (user,) = _by_kind(docs, "KafkaUser")
+    acls = user["spec"]["authorization"]["acls"]
+    assert user["spec"]["authorization"]["type"] == "simple"
+    assert all(a["resource"]["patternType"] == "prefix" for a in acls)
+
+    def allowed(kind: str, name: str) -> set[str]:
+        return {
+            op
+            for a in acls
+            if a["resource"]["type"] == kind and name.startswith(a["resource"]["name"])
+            for op in a["operations"]
+        }
+
+    cfg = load_pipeline(K8S / "base" / "pipeline.yaml", env={})
+    names, _ = cfg.topics()
+    for topic in names:
+        assert allowed("topic", topic) == {"Describe", "Read", "Write"}, topic
+    assert {a["resource"]["name"] for a in acls if a["resource"]["type"] == "topic"} == {f"{cfg.topic_prefix}perf."}
+    for stage in cfg.stages.values():
+        runner = StageRunner(stage, cfg, {"bootstrap.servers": "127.0.0.1:1"}, embedded=False)
+        consumer, producer = runner.client_settings()  # a real cluster: exactly-once
+        assert runner.exactly_once
+        for group in (consumer["group.id"], f"{runner.group_id}.restore"):
+            assert allowed("group", group) == {"Describe", "Read"}, group
+        assert allowed("transactionalId", producer["transactional.id"]) == {"Describe", "Write"}
+    # the scaler reads the groups the workers use
+    for so in _by_kind(docs, "ScaledObject"):
+        assert allowed("group", so["spec"]["triggers"][0]["metadata"]["consumerGroup"]) >= {"Describe", "Read"}
+    assert not allowed("topic", "__consumer_offsets") and not allowed("group", "other-app")
+    assert not [a for a in acls if a["resource"]["type"] == "cluster"]
+
+
+def test_prod_monitoring_scrapes_the_workers_and_alerts_on_exported_metrics() -> None:
+    from tests.deploy.test_dashboard import exported_names
+
+    docs = render(K8S / "overlays" / "prod")
+    (pm,) = _by_kind(docs, "PodMonitor")
+    (endpoint,) = pm["spec"]["podMetricsEndpoints"]
+    for d in _by_kind(docs, "Deployment"):
+        labels = d["spec"]["template"]["metadata"]["labels"]
+        assert pm["spec"]["selector"]["matchLabels"].items() <= labels.items()
+        (c,) = _containers(d)
+        port = {p["name"]: p["containerPort"] for p in c["ports"]}[endpoint["port"]]
+        probe = c["livenessProbe"]["httpGet"]
+        assert endpoint["path"] == "/metrics" and probe["port"] == endpoint["port"]
+        assert str(port) == _env(c)["PERFSIFT_HTTP_PORT"]
+    (rule,) = _by_kind(docs, "PrometheusRule")
+    rules = [r for g in rule["spec"]["groups"] for r in g["rules"]]
+    assert {r["alert"] for r in rules} == {
+        "PerfsiftWorkerDown",
+        "PerfsiftLagGrowing",
+        "PerfsiftDeadLetters",
+        "PerfsiftContractViolations",
+    }
+    used = {m for r in rules for m in re.findall(r"\bperfsift_\w+", r["expr"])}
+    assert used and used <= exported_names(), sorted(used - exported_names())
+    (down,) = [r for r in rules if r["alert"] == "PerfsiftWorkerDown"]
+    m = re.fullmatch(r'up\{job=~"\.\+/(\w+)"\} == 0', down["expr"])  # a PodMonitor's job: <namespace>/<name>
+    assert m is not None and m.group(1) == pm["metadata"]["name"]
 
 
 SECRETISH = re.compile(r"""(?ix)

@@ -142,3 +142,42 @@ def test_producers_compress_with_zstd_and_the_broker_serves_compressed_batches(k
     sent, fetched = wire_bytes(pstats, "txbytes"), wire_bytes(cstats, "rxbytes")
     assert sent < payload / 4, (sent, payload)  # compressed on the way in
     assert fetched < payload / 4, (fetched, payload)  # and served compressed
+
+
+def test_the_compression_probe_reads_the_brokers_features_and_keeps_zstd_on_the_embedded_broker(
+    kafka: dict,
+) -> None:
+    """perfsift asks the cluster which codecs it takes (librdkafka's feature negotiation): Tansu
+    has ZSTD and LZ4, so a stage's producer keeps zstd; a codec the user chose is never probed or
+    replaced; a broker that cannot be reached leaves zstd (librdkafka's own gate then applies)."""
+    from perfsift.streams import clients
+
+    features = clients.broker_features(kafka)
+    assert features is not None and {"ZSTD", "LZ4", "IdempotentProducer"} <= features
+    clients._negotiated.pop(kafka["bootstrap.servers"], None)
+    assert producer_settings(kafka, negotiate=True)["compression.type"] == "zstd"
+    assert clients._negotiated[kafka["bootstrap.servers"]] == "zstd"
+    assert producer_settings({**kafka, "compression.type": "gzip"}, negotiate=True)["compression.type"] == "gzip"
+    assert clients.broker_features({"bootstrap.servers": "127.0.0.1:1"}) is None
+    runner = StageRunner(load_pipeline().stages["node"], load_pipeline(), kafka, embedded=True)
+    assert runner.client_settings()[1]["compression.type"] == "zstd"
+
+
+def test_without_zstd_on_the_brokers_producers_fall_back_to_lz4_then_none_with_one_log_line(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from perfsift.streams import clients
+
+    # the features librdkafka enables for a broker older than Kafka 2.1 (no ZSTD) and for one
+    # that has neither (a Kafka-compatible service)
+    old = {"MsgVer1", "MsgVer2", "ApiVersion", "LZ4", "IdempotentProducer"}
+    assert clients.choose_compression(old | {"ZSTD"}) == "zstd"
+    assert clients.choose_compression(old) == "lz4"
+    assert clients.choose_compression(old - {"LZ4"}) == "none"
+    with caplog.at_level(logging.WARNING, "perfsift.clients"):
+        props = {"bootstrap.servers": f"old-{uuid.uuid4().hex}:9092"}
+        assert clients.negotiated_compression(props, features=old) == "lz4"
+        assert clients.negotiated_compression(props) == "lz4"  # remembered: no second probe, no second line
+        assert producer_settings(props, negotiate=True)["compression.type"] == "lz4"
+    (line,) = [r for r in caplog.records if r.name == "perfsift.clients"]
+    assert "do not support zstd" in line.getMessage() and line.compression == "lz4"  # type: ignore[attr-defined]

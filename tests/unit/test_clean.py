@@ -1,17 +1,14 @@
 """Cleaning (METHODS.md §0.2–0.4, §3): the spec's oracles, planted faults with ground truth,
-imputation, counters, multiplexing, the knowledge base and DTW quality."""
+imputation, counters, multiplexing and DTW quality (the knowledge base: test_knowledge_base.py)."""
 
 from __future__ import annotations
-
-import sqlite3
-from pathlib import Path
 
 import numpy as np
 import pytest
 from perfsift.operators import Batch, Clean
 from perfsift.producers.synth import cyclic, multiplexed, spmd
 from perfsift.schemas import samples_to_batch
-from perfsift.streams.knowledge import KnowledgeBase, clean_params
+from perfsift.streams.knowledge import clean_params
 from perfsift.streams.quality import diff, dtw
 
 
@@ -253,67 +250,6 @@ def test_cleaning_moves_a_faulty_trace_closer_to_the_clean_reference_in_dtw() ->
     before = diff(dtw(filled_raw, ref), d_ref)
     after = diff(dtw(col([], cleaned), ref), d_ref)
     assert after < before and after < 0.5 * before, (before, after)
-
-
-# -- knowledge base ------------------------------------------------------------------------------------
-
-
-def test_knowledge_base_thresholds_and_training_rows(tmp_path: Path) -> None:
-    db = str(tmp_path / "kb.sqlite")
-    base, _ = spmd("cactus", nodes=3, duration=200, seed=1)
-    with KnowledgeBase(db) as kb:
-        run = kb.add_run("cactus", base, source="base.jsonl")
-        assert kb.runs()[0]["run"] == run and kb.runs()[0]["samples"] == 600
-        ev = {e["event"]: e for e in kb.events(run)}
-        user = [s["metrics"]["cpu_user"] for s in base]
-        assert ev["cpu_user"]["max"] == max(user) and ev["cpu_user"]["mean"] == pytest.approx(np.mean(user))
-        names, rows = kb.reference_rows("cactus", 50)
-        assert rows.shape == (50, 12) and set(names) == set(base[0]["metrics"])
-        maxima = kb.maxima("cactus")
-        history = kb.history("cactus", 200)
-    high = Batch.from_columns(ts=[0.0, 1.0], nodes=["n00"] * 2, metrics=["cpu_user"],
-                              values=[[maxima["cpu_user"] * 0.9], [maxima["cpu_user"] * 1.5]])  # fmt: skip
-    out = Clean(history=history, gamma=1.1, action="clip", impute="none").update(high)
-    assert flagged(out, "kb_max") == [1] and out.values[1, 0] == pytest.approx(1.1 * maxima["cpu_user"])
-    # a new node with one sample: KNN trains on the knowledge base's rows
-    row = dict(base[-1]["metrics"])
-    row["cpu_user"] = None
-    lone = samples_to_batch([{"ts": 5.0, "node": "fresh", "metrics": row}])
-    imputed = Clean(**clean_params({"kb": db, "app": "cactus"})).update(lone)
-    assert imputed.extra["flags"][0][0]["rule"] == "knn_impute"
-    assert imputed.values[0, imputed.metrics.index("cpu_user")] == pytest.approx(
-        base[-1]["metrics"]["cpu_user"], rel=0.1
-    )
-
-
-def test_the_knowledge_base_is_keyed_and_reads_every_run_of_a_key(tmp_path: Path) -> None:
-    db = str(tmp_path / "kb.sqlite")
-    old = sqlite3.connect(db)  # the layout before runs were keyed: it is brought up to date
-    old.execute("CREATE TABLE runs (run_id INTEGER PRIMARY KEY, app TEXT NOT NULL, source TEXT, added_at REAL, "
-                "start_ts REAL, end_ts REAL, samples INTEGER)")  # fmt: skip
-    old.commit()
-    old.close()
-    one, _ = spmd("cactus", nodes=2, duration=60, seed=1)
-    two, _ = spmd("cactus", nodes=2, duration=60, seed=2, t0=1.8e9)
-    other, _ = spmd("cactus", nodes=2, duration=60, seed=3, interval=5.0)
-    big = [{**s, "metrics": {**s["metrics"], "cpu_user": 1e6}} for s in other]
-    with KnowledgeBase(db) as kb:
-        kb.add_run("cactus", one, platform="xeon", workload="small")
-        kb.add_run("cactus", two, platform="xeon", workload="small")
-        kb.add_run("cactus", big, platform="xeon", workload="small")  # interval 5 s: another key
-        kb.add_run("cactus", big, platform="epyc", workload="small", interval=1.0)
-        assert [r["interval"] for r in kb.runs()] == [1.0, 1.0, 5.0, 1.0]
-        key = ("xeon", "small", 1.0)
-        users = [s["metrics"]["cpu_user"] for s in one + two]
-        assert kb.maxima("cactus", *key)["cpu_user"] == max(users)
-        assert kb.maxima("cactus", "xeon", "small")["cpu_user"] == 1e6  # no interval given: any
-        names, rows = kb.reference_rows("cactus", 1000, *key)
-        assert len(rows) == len(one) + len(two)  # both runs of the key, nothing of the others
-        assert set(rows[:, names.index("cpu_user")]) == set(users)
-    params = clean_params({"kb": db, "app": "cactus", "platform": "xeon", "workload": "small", "interval": 1.0})
-    assert params["history"].maxima["cpu_user"] == max(users)
-    with pytest.raises(ValueError, match="give kb and app"):
-        clean_params({"platform": "xeon"})
 
 
 def test_bad_parameters_are_refused() -> None:
