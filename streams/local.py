@@ -170,5 +170,7 @@ class LocalRun:
         smoothed = sum(s["bytes_in"] for n, s in stages.items() if self.cfg.stage(n).input == "perf.smoothed.byjob")
         reduced = sum(s["bytes_out"] for n, s in stages.items() if "perf.reduced" in self.cfg.stage(n).outputs)
         summary["reduction_ratio"] = reduced / smoothed if smoothed else None
+        raw = sum(s["bytes_in"] for n, s in stages.items() if self.cfg.stage(n).input == "perf.raw")
+        summary.update(bytes_raw=raw, bytes_smoothed=smoothed, bytes_reduced=reduced)  # as perfsift analyze
         (folder / "summary.json").write_bytes(orjson.dumps(summary, option=orjson.OPT_INDENT_2))
         return build_report(folder)
