@@ -84,8 +84,10 @@ def node_deviants(
     weight_names: list[str],
     selected: list[str],
     threshold: float,
-) -> tuple[dict[str, float], list[dict[str, Any]]]:
-    """(z of every node, the nodes with ``z ≥ threshold``) for one analysed period.
+) -> tuple[dict[str, float], dict[str, list[float]], list[dict[str, Any]]]:
+    """(z of every node, its position, the nodes that stand apart) for one analysed period. The
+    position is, per projection axis, the median over the snapshots of the node's robust z (what a
+    scatter of the projected nodes draws).
 
     ``x``: the rows the analysis ran on (columns ``names``); ``row_id``: each row's (index into
     ``nodes``, snapshot); ``weights``: the analysis' metric-space weights B (rows ``weight_names``,
@@ -96,20 +98,22 @@ def node_deviants(
     Periods with fewer than three nodes per snapshot give no scores.
     """
     if weights.size == 0 or len(x) == 0:
-        return {}, []
+        return {}, {}, []
     col = {m: j for j, m in enumerate(names)}
     xs = x[:, [col[m] for m in weight_names]]
     sd = xs.std(axis=0)
     y = ((xs - xs.mean(axis=0)) / np.where(sd > 0, sd, 1.0)) @ weights  # rows × axes
     present, dist = snapshot_scores(y, row_id, distance=True)
     if not len(present):
-        return {}, []
+        return {}, {}, []
     z = dist[:, 0]
     node_z = {nodes[int(k)]: float(v) for k, v in zip(present, z, strict=True)}
+    has_pos, pos = snapshot_scores(y, row_id)
+    node_pos = {nodes[int(k)]: [float(v) for v in p] for k, p in zip(has_pos, pos, strict=True)}
     candidates = [int(i) for i in np.argsort(-z, kind="stable") if z[i] >= threshold]
     sel = [m for m in selected if m in col]
     if not candidates or not sel:
-        return node_z, []
+        return node_z, node_pos, []
     has, dev_all = snapshot_scores(x[:, [col[m] for m in sel]], row_id)
     where = {int(k): r for r, k in enumerate(has)}
     out: list[dict[str, Any]] = []
@@ -120,4 +124,4 @@ def node_deviants(
         top = np.argsort(-np.abs(dev), kind="stable")[:TOP_METRICS]
         metrics = [{"metric": sel[j], "deviation": float(dev[j])} for j in top]
         out.append({"node": nodes[int(present[i])], "z": float(z[i]), "metrics": metrics})
-    return node_z, out
+    return node_z, node_pos, out

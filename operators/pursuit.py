@@ -404,7 +404,7 @@ class ProjectionPursuit(Decider):
         info.update(flat_diagnostics(first.diagnostics), rounds=len(res))
         rec = self._record(job, st, start, end, None, info)
         apart = node_deviants(x, used, row_id, st.nodes, first.weights, first.metrics, selected, self.z_threshold)
-        rec["node_z"], rec["deviants"] = apart
+        rec["node_z"], rec["node_position"], rec["deviants"] = apart
         return rec
 
     def _rounds(self, x: np.ndarray, names: list[str], rng: np.random.Generator, st: _JobState) -> list[PursuitResult]:
@@ -462,6 +462,7 @@ class ProjectionPursuit(Decider):
             "clusters": [],
             "skipped": skipped,
             "node_z": {},
+            "node_position": {},
             "deviants": [],
             "diagnostics": {k: v for k, v in info.items() if v is not None},
         }

@@ -43,7 +43,8 @@ def test_threshold_is_honoured_and_records_round_trip_through_avro() -> None:
     loose = [r for r in records(0, z_threshold=3.0) if r["deviants"]]
     assert loose
     for r in loose:
-        assert codec.decode(codec.encode(r))["deviants"] == r["deviants"]
+        back = codec.decode(codec.encode(r))
+        assert back["deviants"] == r["deviants"] and back["node_position"] == r["node_position"]
     with pytest.raises(ValueError, match="z_threshold"):
         ProjectionPursuit(z_threshold=0.0)
 
@@ -65,8 +66,9 @@ def test_a_node_apart_in_the_projection_only_by_fitted_noise_is_not_named() -> N
     x[row_id[:, 0] == 0, 1] += 40.0  # node 0 differs in metric b
     weights = np.array([[0.0], [1.0]])  # the projection is metric b
     names, nodes_l = ["a", "b"], [f"n{k}" for k in range(nodes)]
-    node_z, apart = node_deviants(x, names, row_id, nodes_l, weights, names, ["b"], 3.0)
+    node_z, pos, apart = node_deviants(x, names, row_id, nodes_l, weights, names, ["b"], 3.0)
     assert [d["node"] for d in apart] == ["n0"] and node_z["n0"] > 10
+    assert pos["n0"][0] > 10 and all(abs(p[0]) < 3 for n, p in pos.items() if n != "n0")
     assert apart[0]["metrics"][0]["metric"] == "b"
-    _, apart = node_deviants(x, names, row_id, nodes_l, weights, names, ["a"], 3.0)  # only "a" selected
+    _, _, apart = node_deviants(x, names, row_id, nodes_l, weights, names, ["a"], 3.0)  # only "a" selected
     assert apart == []
