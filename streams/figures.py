@@ -31,19 +31,26 @@ def _save(fig: Any, dpi: int = 100) -> bytes:
     return buf.getvalue()
 
 
-def projection_scatter(record: dict[str, Any]) -> bytes:
-    """The nodes of one period on its projection (robust z per axis, ``node_position``): axis 1
-    against axis 2 (and against axis 3 when there is one); the nodes that stand apart in red and
-    labelled (cf. Vetter & Reed's projected processors)."""
+def projection_scatter(records: list[tuple[dict[str, Any], str]]) -> bytes:
+    """The nodes of one or more periods on their projection (robust z per axis, ``node_position``),
+    a row per (record, title): axis 1 against axis 2 (and against axis 3 when there is one); the
+    nodes that stand apart in red and labelled (cf. Vetter & Reed's projected processors)."""
     plt = _pyplot()
+    fig, grid = plt.subplots(len(records), 2, figsize=(10.4, 4.4 * len(records)), squeeze=False)
+    for row, (record, title) in zip(grid, records, strict=True):
+        _scatter_row(row, record, title)
+    return _save(fig)
+
+
+def _scatter_row(row: Any, record: dict[str, Any], title: str) -> None:
     pos = record["node_position"]
     nodes = sorted(pos)
     xy = np.array([pos[n] for n in nodes], dtype=float)
     apart = {d["node"] for d in record.get("deviants") or []}
-    pairs = [(0, 1), (0, 2)] if xy.shape[1] >= 3 else [(0, min(1, xy.shape[1] - 1))]
-    fig, axes = plt.subplots(1, len(pairs), figsize=(5.2 * len(pairs), 4.4), squeeze=False)
+    pairs = [(0, 1), (0, 2)] if xy.shape[1] >= 3 else [(0, min(1, xy.shape[1] - 1))] * 2
     out = np.array([n in apart for n in nodes])
-    for ax, (a, b) in zip(axes[0], pairs, strict=True):
+    row[0].set_title(title, fontsize=9, loc="left")
+    for ax, (a, b) in zip(row, pairs, strict=True):
         ax.scatter(xy[~out, a], xy[~out, b], s=22, color="#4a6fa5", label="nodes")
         if out.any():
             ax.scatter(xy[out, a], xy[out, b], s=60, color="#c00000", marker="D", label="stands apart")
@@ -54,9 +61,7 @@ def projection_scatter(record: dict[str, Any]) -> bytes:
         ax.set_xlabel(f"projection axis {a + 1} (robust z)")
         ax.set_ylabel(f"projection axis {b + 1} (robust z)")
         ax.grid(alpha=0.3)
-    axes[0, 0].legend(fontsize=8, loc="best")
-    fig.suptitle(f"{record['job']}: {len(nodes)} nodes on the projection of the period with the highest index")
-    return _save(fig)
+    row[0].legend(fontsize=8, loc="best")
 
 
 def _broken(ts: np.ndarray, *cols: np.ndarray) -> list[np.ndarray]:

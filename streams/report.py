@@ -126,12 +126,16 @@ def apart_section(f: Folder) -> tuple[bytes, str] | str:
         top = max(periods, key=lambda p: p["z"])
         metrics = ", ".join(f"{m['metric']} {m['deviation']:+.1f}" for m in top["metrics"])
         rows.append([node, len(periods), when, f"{top['z']:.1f}", metrics])
-    caption = (
-        f"<p class='note'>The period starting at {best['period_start'] - t0:.0f} s"
-        f" (index {best.get('index') or 0:.2f})." + (" No node stood apart in any period." if not rows else "") + "</p>"
-    )
+    shown = [(best, f"{best['job']}: the period with the highest index ({best.get('index') or 0:.2f}), "
+              f"starting at {best['period_start'] - t0:.0f} s")]  # fmt: skip
+    marked = [r for r in with_pos if r.get("deviants")]
+    if marked and not best.get("deviants"):
+        worst = max(marked, key=lambda r: r["deviants"][0]["z"])
+        shown.append((worst, f"{worst['job']}: the period in which a node stood apart most, "
+                             f"starting at {worst['period_start'] - t0:.0f} s"))  # fmt: skip
+    caption = "<p class='note'>No node stood apart in any period.</p>" if not rows else ""
     table = _table(["node", "periods apart", "period starts (s)", "largest z", "differs most in"], rows) if rows else ""
-    return projection_scatter(best), caption + table
+    return projection_scatter(shown), caption + table
 
 
 def traces_section(f: Folder) -> tuple[bytes, str] | str:
