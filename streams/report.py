@@ -61,6 +61,7 @@ window.addEventListener("load", () => {{
 </body></html>
 """
 
+LIVE_REFRESH = '\n<meta http-equiv="refresh" content="5">'  # live mode only: the page reloads every 5 s
 Section = tuple[str, str, str, Callable[[Folder], tuple[bytes, str] | str]]
 
 
@@ -260,6 +261,14 @@ SECTIONS: list[Section] = [
 def render(folder: Path, live: bool = False) -> str:
     """The page for ``folder`` as HTML text."""
     f = load_folder(folder)
+    if f.empty() and live:
+        return PAGE.format(
+            title=html.escape(folder.name),
+            refresh=LIVE_REFRESH,
+            subtitle="Live: waiting for the pipeline's first outputs; this page reloads itself.",
+            nav="",
+            body="",
+        )
     if f.empty():
         raise FileNotFoundError(f"{folder}: no selection.jsonl, reduced.jsonl or contract.jsonl to report on")
     parts = []
@@ -273,7 +282,7 @@ def render(folder: Path, live: bool = False) -> str:
     )
     return PAGE.format(
         title=html.escape(folder.name),
-        refresh='\n<meta http-equiv="refresh" content="5">' if live else "",
+        refresh=LIVE_REFRESH if live else "",
         subtitle=subtitle,
         nav=nav,
         body="\n".join(parts),
