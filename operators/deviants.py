@@ -12,9 +12,9 @@ typical node in that snapshot (its |z| on a 1-D projection). A node's ``z`` is t
 distance over the period's snapshots** (≥ 0; a typical node of a 3-D projection scores about 1.5).
 The distance, not the largest axis, because the offset of a node can be split across the axes.
 Taking the median of per-snapshot scores (rather than scoring each node's median position once)
-asks that a node stand apart *in most snapshots*: projection pursuit can always find some direction in which one of
-a dozen nodes' noise averages lie apart, but not one in which the same node is apart snapshot
-after snapshot unless it really behaves differently.
+asks that a node stand apart *in most snapshots*: projection pursuit can always find some
+direction in which one of a dozen nodes' noise averages lie apart, but not one in which the same
+node is apart snapshot after snapshot unless it really behaves differently.
 
 A node's *deviation* in a metric is scored the same way (median over snapshots of the robust z
 across nodes of the metric's value). A node **stands apart** when ``z ≥ threshold`` and its
@@ -67,11 +67,14 @@ def snapshot_scores(v: np.ndarray, row_id: np.ndarray, distance: bool = False) -
     scored = ~np.isnan(z[:, 0]) if v.shape[1] else np.zeros(len(v), dtype=bool)
     node = row_id[scored, 0]
     order = np.argsort(node, kind="stable")
-    codes, first = np.unique(node[order], return_index=True)
+    codes, first, counts = np.unique(node[order], return_index=True, return_counts=True)
     zz = z[scored][order]
     if distance:
         zz = np.linalg.norm(zz, axis=1, keepdims=True)
-    out = np.array([np.median(g, axis=0) for g in np.split(zz, first[1:])]) if len(codes) else np.zeros((0, 0))
+    out = np.zeros((len(codes), zz.shape[1]))
+    for c in np.unique(counts):  # nodes with as many snapshots at once: one median over a 3-D block
+        which = np.flatnonzero(counts == c)
+        out[which] = np.median(zz[first[which, None] + np.arange(c)], axis=1)
     return codes, out
 
 
