@@ -36,11 +36,15 @@ def _series(rows: list[dict[str, Any]], metric: str) -> tuple[np.ndarray, np.nda
     return t, v
 
 
-def kept_spans(reduced: list[dict[str, Any]], metric: str) -> list[tuple[float, float]]:
-    """Time spans in which the reduced stream carried ``metric`` (on any node)."""
-    times = np.unique([r["ts"] for r in reduced])
-    has = np.unique([r["ts"] for r in reduced if r["metrics"].get(metric) is not None])
-    on = np.isin(times, has)
+def kept_spans(reduced: list[dict[str, Any]], metric: str, every: bool = True) -> list[tuple[float, float]]:
+    """Time spans in which the reduced stream carried ``metric`` from every node that reported
+    then (``every=False``: from at least one)."""
+    ts = np.array([r["ts"] for r in reduced], dtype=float)
+    has = np.array([r["metrics"].get(metric) is not None for r in reduced])
+    times, idx = np.unique(ts, return_inverse=True)
+    sent = np.bincount(idx, weights=has, minlength=len(times))
+    total = np.bincount(idx, minlength=len(times))
+    on = sent >= total if every else sent > 0
     edges = np.flatnonzero(np.diff(np.r_[0, on.astype(int), 0]))
     return [(float(times[a]), float(times[b - 1])) for a, b in zip(edges[::2], edges[1::2], strict=True)]
 
@@ -61,8 +65,9 @@ def plot_traces(reduced: list[dict[str, Any]], path: Path | IO[bytes], max_metri
         by_node.setdefault(r["node"], []).append(r)
     nodes = sorted(by_node)
     for ax, m in zip(axes[:, 0], metrics, strict=True):
-        for a, b in kept_spans(reduced, m):
-            ax.axvspan(a - t0, b - t0, color="#2ca02c", alpha=0.12, lw=0)
+        for every, alpha in ((False, 0.07), (True, 0.12)):  # darker where every node sent it
+            for a, b in kept_spans(reduced, m, every):
+                ax.axvspan(a - t0, b - t0, color="#2ca02c", alpha=alpha, lw=0)
         for node in nodes[:16]:
             t, v = _series(by_node[node], m)
             if np.isfinite(v).any():
@@ -70,7 +75,8 @@ def plot_traces(reduced: list[dict[str, Any]], path: Path | IO[bytes], max_metri
         ax.set_ylabel(m, fontsize=8)
         ax.grid(alpha=0.3)
     axes[-1, 0].set_xlabel(
-        f"time (s); {min(len(nodes), 16)} of {len(nodes)} nodes; shaded: the metric was sent; gaps: it was not"
+        f"time (s); {min(len(nodes), 16)} of {len(nodes)} nodes; shaded: the metric was sent (darker: by every node); "
+        "gaps: it was not"
     )
     fig.tight_layout()
     fig.savefig(path, dpi=90)
