@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 from perfsift.operators.base import Decider
 from perfsift.operators.batch import Batch
+from perfsift.operators.deviants import node_deviants
 from perfsift.operators.projection import PursuitResult, across_processors, flat_diagnostics, projection_pursuit
 
 
@@ -38,6 +39,7 @@ class _JobState:
         self.index: float | None = None
         self.weights: np.ndarray | None = None  # B of the last result, rows = weight_names
         self.weight_names: list[str] = []
+        self.row_id = np.zeros((0, 2), dtype=np.int64)  # (node, snapshot) of each row of the last matrix
 
 
 class ProjectionPursuit(Decider):
@@ -85,6 +87,8 @@ class ProjectionPursuit(Decider):
     seed : int
         Seed of the restarts; period k of a job uses the seed (seed, k), so a replay or a restored
         snapshot reproduces the same records.
+    z_threshold : float
+        Nodes whose robust z on the projection reaches it stand apart (:mod:`~perfsift.operators.deviants`).
     """
 
     output = "selection"
@@ -111,6 +115,7 @@ class ProjectionPursuit(Decider):
         min_nodes: int = 2,
         slack: int = 128,
         seed: int = 0,
+        z_threshold: float = 3.0,
     ) -> None:
         self.period = period
         self.window = window
@@ -130,6 +135,7 @@ class ProjectionPursuit(Decider):
         self.min_nodes = min_nodes
         self.slack = slack
         self.seed = seed
+        self.z_threshold = z_threshold
 
     # -- parameters and state ------------------------------------------------------------------
     def warm_up(self) -> None:
@@ -146,6 +152,8 @@ class ProjectionPursuit(Decider):
             raise ValueError(f"snapshot_norm must be centre, scale or none, got {self.snapshot_norm!r}")
         if self.row_mode not in ("stacked", "processors"):
             raise ValueError(f"row_mode must be 'stacked' or 'processors', got {self.row_mode!r}")
+        if not self.z_threshold > 0:
+            raise ValueError(f"z_threshold must be > 0, got {self.z_threshold}")
         if self.dims not in (1, 2, 3):
             raise ValueError(f"dims must be 1, 2 or 3, got {self.dims}")
         if self.trim not in ("auto", "none", "log", "sqrt", "remove"):
@@ -329,6 +337,7 @@ class ProjectionPursuit(Decider):
             """Snapshot j (the j-th newest, w samples apart) of every node that has it, for j < h."""
             keep = [j for j in range(h) if j == 0 or (avail_a > j).sum() >= 2]
             rows = [(live_a[avail_a > j], (newest_a[avail_a > j] - w * j) % cap) for j in keep]
+            st.row_id = np.concatenate([np.c_[k, np.full(len(k), j)] for (k, _), j in zip(rows, keep, strict=True)])
             return np.concatenate([across_processors(st.ring[k, p], self.snapshot_norm) for k, p in rows], axis=0)
 
         if self.row_mode == "processors":
@@ -361,12 +370,14 @@ class ProjectionPursuit(Decider):
         missing = [m for m, ok in zip(names, present, strict=True) if not ok]
         cols = np.flatnonzero(present)
         x = x[:, cols]
-        x = x[~np.isnan(x).any(axis=1)]
+        full = ~np.isnan(x).any(axis=1)
+        x, row_id = x[full], st.row_id[full]
         used = [names[j] for j in cols]
         info.update(rows=len(x), missing_metrics=",".join(missing))
         rng = np.random.default_rng([self.seed, period & 0x7FFFFFFF])
         if len(x) > self.n_max:
-            x = x[np.sort(rng.choice(len(x), self.n_max, replace=False))]
+            sub = np.sort(rng.choice(len(x), self.n_max, replace=False))
+            x, row_id = x[sub], row_id[sub]
             info.update(rows=len(x), subsampled=True)
         if len(used) < 2 or len(x) < 8:
             return self._skipped(job, st, start, end, f"{len(used)} metrics with values in {len(x)} rows", info)
@@ -390,9 +401,11 @@ class ProjectionPursuit(Decider):
         if selected != st.selected:
             st.version += 1
         st.selected, st.scores, st.index = selected, scores, float(first.index)
-        return self._record(
-            job, st, start, end, None, {**info, **flat_diagnostics(first.diagnostics), "rounds": len(res)}
-        )
+        info.update(flat_diagnostics(first.diagnostics), rounds=len(res))
+        rec = self._record(job, st, start, end, None, info)
+        apart = node_deviants(x, used, row_id, st.nodes, first.weights, first.metrics, selected, self.z_threshold)
+        rec["node_z"], rec["node_position"], rec["deviants"] = apart
+        return rec
 
     def _rounds(self, x: np.ndarray, names: list[str], rng: np.random.Generator, st: _JobState) -> list[PursuitResult]:
         out: list[PursuitResult] = []
@@ -444,14 +457,13 @@ class ProjectionPursuit(Decider):
             "selected": list(st.selected),
             "scores": dict(st.scores),
             "index": st.index,
-            "r2_train": None,
-            "adj_r2_train": None,
-            "r2_holdout": None,
-            "rand_r2_mean": None,
-            "rand_p_value": None,
+            **dict.fromkeys(("r2_train", "adj_r2_train", "r2_holdout", "rand_r2_mean", "rand_p_value")),
             "reduction_degree": None,
             "clusters": [],
             "skipped": skipped,
+            "node_z": {},
+            "node_position": {},
+            "deviants": [],
             "diagnostics": {k: v for k, v in info.items() if v is not None},
         }
 
@@ -460,21 +472,8 @@ class ProjectionPursuit(Decider):
         meta: dict[str, Any] = {"jobs": []}
         arrays: dict[str, np.ndarray] = {}
         for i, (job, st) in enumerate(self.jobs_.items()):
-            meta["jobs"].append(
-                {
-                    "job": job,
-                    "metrics": st.metrics,
-                    "nodes": st.nodes,
-                    "period": st.period,
-                    "first_period": st.first_period,
-                    "late": st.late,
-                    "version": st.version,
-                    "selected": st.selected,
-                    "scores": st.scores,
-                    "index": st.index,
-                    "weight_names": st.weight_names,
-                }
-            )
+            keys = ("metrics", "nodes", "period", "first_period", "late", "version", "selected", "scores", "index")
+            meta["jobs"].append({"job": job, **{k: getattr(st, k) for k in (*keys, "weight_names")}})
             arrays[f"{i}_ring"], arrays[f"{i}_count"], arrays[f"{i}_last"] = st.ring, st.count, st.last_ts
             arrays[f"{i}_ring_ts"] = st.ring_ts
             if st.weights is not None:

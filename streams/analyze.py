@@ -4,8 +4,8 @@ Every stage of the pipeline file runs in topological order on chunks of the trac
 the records are encoded and decoded exactly as on Kafka (JSON or Avro, per the pipeline), so the
 outputs are the same records a streaming run writes to the topics — the test suite checks it.
 Writes ``DIR/selection.jsonl``, ``DIR/reduced.jsonl`` (or ``reduced.sddf`` with ``--sddf``),
-``DIR/contract.jsonl``, ``DIR/forecast.jsonl``, ``DIR/control.jsonl`` (those the pipeline
-produces), ``DIR/clean-flags.jsonl`` (the changed values) and ``DIR/summary.json``.
+``DIR/contract.jsonl``, ``DIR/forecast.jsonl``, ``DIR/control.jsonl``, ``DIR/prediction.jsonl``
+(those the pipeline produces), ``DIR/clean-flags.jsonl`` (the changed values) and ``DIR/summary.json``.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ FILES = {
     "perf.contract": "contract.jsonl",
     "perf.forecast": "forecast.jsonl",
     "perf.control": "control.jsonl",
+    "perf.prediction": "prediction.jsonl",
 }
 
 

@@ -25,7 +25,7 @@ from perfsift.streams.config import PipelineConfig
 from perfsift.streams.procs import StageProcess
 from perfsift.streams.publish import publish_samples
 from perfsift.streams.replay import replay
-from perfsift.streams.report import build_report
+from perfsift.streams.report import build_report, write_atomic
 from perfsift.streams.runner import StageRunner, run_in_thread, wait_assigned
 from perfsift.streams.stage import merge_summaries
 from rich.console import Console
@@ -160,15 +160,17 @@ class LocalRun:
                 continue
             values = read_topic_to_end(self.props, self.cfg.topic(topic))
             seen = dict.fromkeys(values)  # at-least-once duplicates are identical: keep one of each
-            (folder / name).write_bytes(b"".join(v + b"\n" for v in seen))
+            write_atomic(folder / name, b"".join(v + b"\n" for v in seen))
 
-    def write_report(self, folder: Path) -> Path:
+    def write_report(self, folder: Path, live: bool = False) -> Path:
         """The stages' counts and the reduction ratio in ``folder/summary.json``, and the HTML report
-        on the outputs there; returns the page's path."""
+        on the outputs there (``live``: a page that reloads itself); returns the page's path."""
         stages = {r.stage.name: r.stats.as_dict() for r in self.runners}
         summary: dict[str, Any] = {"stages": stages}
         smoothed = sum(s["bytes_in"] for n, s in stages.items() if self.cfg.stage(n).input == "perf.smoothed.byjob")
         reduced = sum(s["bytes_out"] for n, s in stages.items() if "perf.reduced" in self.cfg.stage(n).outputs)
         summary["reduction_ratio"] = reduced / smoothed if smoothed else None
-        (folder / "summary.json").write_bytes(orjson.dumps(summary, option=orjson.OPT_INDENT_2))
-        return build_report(folder)
+        raw = sum(s["bytes_in"] for n, s in stages.items() if self.cfg.stage(n).input == "perf.raw")
+        summary.update(bytes_raw=raw, bytes_smoothed=smoothed, bytes_reduced=reduced)  # as perfsift analyze
+        write_atomic(folder / "summary.json", orjson.dumps(summary, option=orjson.OPT_INDENT_2))
+        return build_report(folder, live=live)

@@ -9,7 +9,7 @@ matplotlib is imported on the first figure (it takes a while), with the Agg back
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 
@@ -26,8 +26,35 @@ def _pyplot() -> Any:
     return plt
 
 
-def plot_traces(reduced: list[dict[str, Any]], path: Path, max_metrics: int = 6) -> None:
-    """Metric values per node over time (from the reduced stream: full samples and kept metrics)."""
+def _series(rows: list[dict[str, Any]], metric: str) -> tuple[np.ndarray, np.ndarray]:
+    """(times, values) of one node's metric with NaN where a record lacks it and between samples
+    further apart than 1.5 sampling intervals, so a line breaks at every gap."""
+    t = np.array([r["ts"] for r in rows], dtype=float)
+    v = np.array([np.nan if (x := r["metrics"].get(metric)) is None else x for r in rows], dtype=float)
+    if len(t) > 2:
+        step = np.median(np.diff(t))
+        cut = np.flatnonzero(np.diff(t) > 1.5 * step) + 1 if step > 0 else np.zeros(0, dtype=int)
+        t = np.insert(t, cut, (t[cut - 1] + t[cut]) / 2)
+        v = np.insert(v, cut, np.nan)
+    return t, v
+
+
+def kept_spans(reduced: list[dict[str, Any]], metric: str, every: bool = True) -> list[tuple[float, float]]:
+    """Time spans in which the reduced stream carried ``metric`` from every node that reported
+    then (``every=False``: from at least one)."""
+    ts = np.array([r["ts"] for r in reduced], dtype=float)
+    has = np.array([r["metrics"].get(metric) is not None for r in reduced])
+    times, idx = np.unique(ts, return_inverse=True)
+    sent = np.bincount(idx, weights=has, minlength=len(times))
+    total = np.bincount(idx, minlength=len(times))
+    on = sent >= total if every else sent > 0
+    edges = np.flatnonzero(np.diff(np.r_[0, on.astype(int), 0]))
+    return [(float(times[a]), float(times[b - 1])) for a, b in zip(edges[::2], edges[1::2], strict=True)]
+
+
+def plot_traces(reduced: list[dict[str, Any]], path: Path | IO[bytes], max_metrics: int = 6) -> None:
+    """Metric values per node over time (from the reduced stream: full samples and kept metrics).
+    Lines break where a value is missing; the spans in which a metric was sent are shaded."""
     plt = _pyplot()
     counts: dict[str, int] = {}
     for r in reduced:
@@ -36,26 +63,30 @@ def plot_traces(reduced: list[dict[str, Any]], path: Path, max_metrics: int = 6)
     metrics = sorted(counts, key=lambda m: -counts[m])[:max_metrics]
     t0 = min(r["ts"] for r in reduced)
     fig, axes = plt.subplots(len(metrics), 1, figsize=(10, 1.8 * len(metrics) + 0.6), sharex=True, squeeze=False)
-    nodes = sorted({r["node"] for r in reduced})
+    by_node: dict[str, list[dict[str, Any]]] = {}
+    for r in sorted(reduced, key=lambda r: r["ts"]):
+        by_node.setdefault(r["node"], []).append(r)
+    nodes = sorted(by_node)
     for ax, m in zip(axes[:, 0], metrics, strict=True):
+        for every, alpha in ((False, 0.07), (True, 0.12)):  # darker where every node sent it
+            for a, b in kept_spans(reduced, m, every):
+                ax.axvspan(a - t0, b - t0, color="#2ca02c", alpha=alpha, lw=0)
         for node in nodes[:16]:
-            pts = [
-                (r["ts"] - t0, r["metrics"][m])
-                for r in reduced
-                if r["node"] == node and r["metrics"].get(m) is not None
-            ]
-            if pts:
-                xs, ys = zip(*pts, strict=True)
-                ax.plot(xs, ys, lw=0.7)
+            t, v = _series(by_node[node], m)
+            if np.isfinite(v).any():
+                ax.plot(t - t0, v, lw=0.7)
         ax.set_ylabel(m, fontsize=8)
         ax.grid(alpha=0.3)
-    axes[-1, 0].set_xlabel(f"time (s); {min(len(nodes), 16)} of {len(nodes)} nodes")
+    axes[-1, 0].set_xlabel(
+        f"time (s); {min(len(nodes), 16)} of {len(nodes)} nodes; shaded: the metric was sent (darker: by every node); "
+        "gaps: it was not"
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)
 
 
-def plot_reduction(reduced: list[dict[str, Any]], path: Path) -> None:
+def plot_reduction(reduced: list[dict[str, Any]], path: Path | IO[bytes]) -> None:
     """Cumulative metric values sent on perf.reduced against sending every metric (cf. Figure 18)."""
     plt = _pyplot()
     rows = sorted(reduced, key=lambda r: r["ts"])
@@ -77,7 +108,7 @@ def plot_reduction(reduced: list[dict[str, Any]], path: Path) -> None:
     plt.close(fig)
 
 
-def plot_r2(selections: list[dict[str, Any]], path: Path) -> None:
+def plot_r2(selections: list[dict[str, Any]], path: Path | IO[bytes]) -> None:
     """R² (in-sample and held out, with RAND's held-out mean) and reduction degree of the
     data-reduction selections over time; a selection whose regression did not run is a marked
     line with its reason, not a point."""
@@ -106,9 +137,10 @@ def plot_r2(selections: list[dict[str, Any]], path: Path) -> None:
     plt.close(fig)
 
 
-def plot_selection(records: list[dict[str, Any]], path: Path, job: str | None = None) -> None:
+def plot_selection(records: list[dict[str, Any]], path: Path | IO[bytes], job: str | None = None) -> None:
     """Metrics (rows) × periods (columns), a mark where the metric was selected, darker for a higher
-    rank; skipped periods hatched (cf. Vetter & Reed, SC'99, Figure 8)."""
+    rank; skipped periods hatched (cf. Vetter & Reed, SC'99, Figure 8). Periods in which nodes stood
+    apart on the projection name them in red under the map."""
     plt = _pyplot()
     recs = [r for r in records if job is None or r["job"] == job]
     if not recs:
@@ -116,7 +148,7 @@ def plot_selection(records: list[dict[str, Any]], path: Path, job: str | None = 
     metrics = sorted({m for r in recs for m in r["scores"]} | {m for r in recs for m in r["selected"]})
     row = {m: i for i, m in enumerate(metrics)}
     t0 = recs[0]["period_start"]
-    fig, ax = plt.subplots(figsize=(max(6, 0.25 * len(recs) + 3), 0.32 * len(metrics) + 1.5))
+    fig, ax = plt.subplots(figsize=(max(6, 0.25 * len(recs) + 3), 0.32 * len(metrics) + 1.8))
     shades = ["#08306b", "#2171b5", "#6baed6", "#c6dbef"]
     for r in recs:
         x0, width = r["period_start"] - t0, r["period_end"] - r["period_start"]
@@ -125,8 +157,13 @@ def plot_selection(records: list[dict[str, Any]], path: Path, job: str | None = 
             continue
         for rank, m in enumerate(r["selected"]):
             ax.add_patch(plt.Rectangle((x0, row[m] - 0.4), width, 0.8, color=shades[min(rank, 3)]))
-    ax.set_yticks(range(len(metrics)), metrics)
-    ax.set_ylim(-0.6, len(metrics) - 0.4)
+    apart = [r for r in recs if r.get("deviants")]
+    for r in apart:
+        names = "\n".join(d["node"] for d in r["deviants"][:3])
+        x = r["period_start"] - t0 + (r["period_end"] - r["period_start"]) / 2
+        ax.text(x, len(metrics) + 0.1, names, color="#c00000", fontsize=7, ha="center", va="top")
+    ax.set_yticks(range(len(metrics) + bool(apart)), metrics + (["stood apart"] if apart else []))
+    ax.set_ylim(-0.6, len(metrics) - 0.4 + (1.6 if apart else 0))
     ax.set_xlim(0, recs[-1]["period_end"] - t0)
     ax.invert_yaxis()
     ax.set_xlabel("time (s)")
@@ -139,7 +176,7 @@ def plot_selection(records: list[dict[str, Any]], path: Path, job: str | None = 
     plt.close(fig)
 
 
-def plot_violations(records: list[dict[str, Any]], path: Path) -> None:
+def plot_violations(records: list[dict[str, Any]], path: Path | IO[bytes]) -> None:
     """Violation levels over time, one panel per metric space, one line per node (cf. Figure 5d)."""
     plt = _pyplot()
     spaces = sorted({s for r in records for s in r["spaces"]})
@@ -183,7 +220,7 @@ def plot_sweep(rows: list[dict[str, Any]], path: Path) -> None:
     plt.close(fig)
 
 
-def plot_predictions(records: list[dict[str, Any]], path: Path) -> None:
+def plot_predictions(records: list[dict[str, Any]], path: Path | IO[bytes]) -> None:
     """One panel per output (job-wide outputs, or the node with the most violated rows): observed
     values over the predicted mean ± 2σ band, violated rows marked."""
     plt = _pyplot()

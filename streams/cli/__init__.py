@@ -5,7 +5,8 @@ One module per group: :mod:`~perfsift.streams.cli.kafka` (broker, topics, produc
 (replay, sample, synth), :mod:`~perfsift.streams.cli.clean` (clean, quality, kb),
 :mod:`~perfsift.streams.cli.analyze` (analyze, report), :mod:`~perfsift.streams.cli.contract`
 (contract derive|check), :mod:`~perfsift.streams.cli.select` (select-metrics, forecast),
-:mod:`~perfsift.streams.cli.model` (predict, balance), :mod:`~perfsift.streams.cli.pursuit`;
+:mod:`~perfsift.streams.cli.model` (predict, balance), :mod:`~perfsift.streams.cli.pursuit`,
+:mod:`~perfsift.streams.cli.explain`;
 what they share is in :mod:`~perfsift.streams.cli.ui`.
 """
 
@@ -20,6 +21,7 @@ from confluent_kafka import KafkaError, KafkaException
 from perfsift.streams.cli.analyze import analyze_command, report_command
 from perfsift.streams.cli.clean import clean_command, kb_app, quality_command
 from perfsift.streams.cli.contract import contract_app
+from perfsift.streams.cli.explain import explain_command
 from perfsift.streams.cli.kafka import broker, produce, tail, topics
 from perfsift.streams.cli.model import balance_command, predict_command
 from perfsift.streams.cli.pipeline import run, validate, worker
@@ -96,6 +98,7 @@ COMMANDS: dict[str, Callable[..., None]] = {
     "clean": clean_command,
     "analyze": analyze_command,
     "report": report_command,
+    "explain": explain_command,
     "quality": quality_command,
 }
 for name, command in COMMANDS.items():

@@ -63,7 +63,8 @@ def report_command(
         ),
     ],
 ) -> None:
-    """An HTML report with plots (traces, selection map, data reduction, contract violations)."""  # fmt: skip
+    """One self-contained HTML page: kept metrics, nodes that stand apart, traces, forecasts,
+    contract, predictions, data reduction, bytes (a figure and a table each)."""
     try:
         page = build_report(folder)
     except FileNotFoundError as exc:

@@ -29,6 +29,7 @@ from perfsift.streams.cli.ui import (
 from perfsift.streams.clients import create_pipeline_topics, kafka_properties, parse_props
 from perfsift.streams.config import ConfigError, load_pipeline, parse_settings, with_options
 from perfsift.streams.http import HealthServer
+from perfsift.streams.live import LiveReport
 from perfsift.streams.local import DEFAULT_REPORT, LocalRun
 from perfsift.streams.logs import LogFormat, current_logging
 from perfsift.streams.runner import StageRunner
@@ -196,15 +197,26 @@ def run(
             "(no demo replay).",
         ),
     ] = False,
+    live_every: Annotated[
+        float,
+        typer.Option(
+            "--live-every",
+            help="With --follow and a report folder: rewrite the folder every this many seconds while the pipeline "
+            "runs (report.html then reloads itself); 0 writes it only at the end.",
+        ),
+    ] = 5.0,
 ) -> None:
     """Run the whole pipeline and replay a trace through it, then print a summary.
 
     With no --bootstrap: starts the embedded broker, creates the topics, runs every stage of the
     pipeline, replays the bundled demo trace into perf.raw and waits until every stage has
     processed every record. With --follow: keeps running, with the live view, on whatever
-    producers publish to perf.raw, until Ctrl-C or SIGTERM. Ends with a summary and, on the
+    producers publish to perf.raw, until Ctrl-C or SIGTERM, and rewrites the report folder every
+    --live-every seconds (open report.html: it reloads itself). Ends with a summary and, on the
     embedded broker, a report folder (./perfsift-report: the outputs and report.html).
     """
+    if live_every < 0:
+        raise fail(f"--live-every must be >= 0 seconds, got {live_every:g}")
     cfg = with_options(pipeline_from_flags(config, settings), perf_metric, contract)
     trace_path = trace or (None if follow else demo_trace_path())
     stop = threading.Event()
@@ -217,20 +229,27 @@ def run(
             local = LocalRun(cfg, props, embedded is not None, processes)
             with console.status("waiting for the stages to join their consumer groups"):
                 local.wait_assigned()
+            if report is None and embedded is not None:
+                report = DEFAULT_REPORT
+            live = LiveReport(local, report, live_every) if follow and report and live_every and not no_report else None
+            if live is not None:
+                console.print(f"live report: {live.start().folder / 'report.html'} (rewritten every {live_every:g} s)")
             local.publish(trace_path, speed, stop, console)
             if trace_path is None:
                 console.print(
                     f"following {cfg.topic('perf.raw')} on {bs}; publish samples there, e.g. "
                     f"perfsift produce FILE -b {bs}. Ctrl-C stops."
                 )
-            elapsed, jobs, caption = _watch(local, stop, follow, timeout)
+            try:
+                elapsed, jobs, caption = _watch(local, stop, follow, timeout)
+            finally:
+                if live is not None:
+                    live.stop()
             if local.failures:
                 raise fail(f"a stage failed: {local.failures[0]}", 1)
             _print_summary(local, elapsed, caption, follow)
             if summary_json:
                 summary_json.write_bytes(orjson.dumps(local.summary(elapsed, jobs), option=orjson.OPT_INDENT_2))
-            if report is None and embedded is not None:
-                report = DEFAULT_REPORT
             if report is not None and not no_report:
                 with console.status("collecting the outputs for the report"):
                     local.write_outputs(report)

@@ -44,9 +44,9 @@ def timeline_table(records: list[dict[str, Any]], title: str) -> Table:
     """One row per period: start (s from the first), index, selected metrics, rows and d, or why skipped."""
     t = Table(title=title)
     many = len({r["job"] for r in records}) > 1
-    for col in ("job", "period (s)", "index", "selected", "rows", "d", "note"):
+    for col in ("job", "period (s)", "index", "selected", "stand apart", "rows", "d", "note"):
         if col != "job" or many:
-            t.add_column(col, no_wrap=col not in ("note", "selected"))
+            t.add_column(col, no_wrap=col not in ("note", "selected", "stand apart"))
     t0 = min((r["period_start"] for r in records), default=0.0)
     for r in records:
         d = r["diagnostics"]
@@ -56,11 +56,21 @@ def timeline_table(records: list[dict[str, Any]], title: str) -> Table:
             f"{r['period_start'] - t0:.0f}–{r['period_end'] - t0:.0f}",
             f"{r['index']:.3f}" if fresh and r["index"] is not None else "-",
             ", ".join(r["selected"]) if fresh else "[dim](" + ", ".join(r["selected"]) + ")[/dim]",
+            apart_text(r),
             str(d.get("rows", "-")),
             str(d.get("d", "-")),
             ("[yellow]skipped:[/yellow] " + r["skipped"]) if not fresh else _flags(d),
         )
     return t
+
+
+def apart_text(record: dict[str, Any]) -> str:
+    """The nodes of a selection record that stand apart: ``n05 z=7.6 (disk_pwrite +846)``, one per line."""
+    lines = []
+    for d in record.get("deviants") or []:
+        top = ", ".join(f"{m['metric']} {m['deviation']:+.1f}" for m in d["metrics"][:2])
+        lines.append(f"{d['node']} z={d['z']:.1f}" + (f" ({top})" if top else ""))
+    return "\n".join(lines)
 
 
 def _flags(d: dict[str, Any]) -> str:
@@ -80,6 +90,9 @@ def pursuit(
     rounds: Annotated[int, typer.Option(help="Repeated PP: remove the winners and run again.")] = 1,
     trim: Annotated[str, typer.Option(help="auto, none, log, sqrt or remove.")] = "auto",
     seed: Annotated[int, typer.Option(help="Seed of the random restarts.")] = 0,
+    z_threshold: Annotated[
+        float, typer.Option("--z-threshold", help="Robust z at which a node stands apart on the projection.")
+    ] = 3.0,
     json_out: Annotated[Path | None, typer.Option("--json", help="Write one selection record per line.")] = None,
     plot: Annotated[Path | None, typer.Option("--plot", help="Draw the selection matrix (PNG).")] = None,
 ) -> None:
@@ -95,6 +108,7 @@ def pursuit(
             rounds=rounds,
             trim=trim,
             seed=seed,
+            z_threshold=z_threshold,
         )  # the parameters are checked as the state is first set up, at construction
     except ValueError as exc:
         raise fail(str(exc)) from None
@@ -109,9 +123,15 @@ def pursuit(
         for m in r["selected"]:
             counts[m] = counts.get(m, 0) + 1
     top = sorted(counts.items(), key=lambda kv: -kv[1])[:6]
+    apart: dict[str, int] = {}
+    for r in done:
+        for d in r.get("deviants") or []:
+            apart[d["node"]] = apart.get(d["node"], 0) + 1
     out.print(
         f"{len(records)} periods, {len(done)} analysed, {len(records) - len(done)} skipped; most often selected: "
         + ", ".join(f"{m} ({c})" for m, c in top)
+        + "; nodes that stood apart: "
+        + (", ".join(f"{n} ({c} period{'s' if c > 1 else ''})" for n, c in sorted(apart.items())) or "none")
     )
     if plot:
         for job in sorted({r["job"] for r in records}):
