@@ -22,6 +22,7 @@ from typing import Any
 
 import yaml
 from perfsift.operators import OPERATORS, Decider, Operator, Router
+from perfsift.schemas.registry import registry_settings
 from perfsift.streams.knowledge import clean_params
 from perfsift.streams.limits import Limits
 from perfsift.streams.topics import DEFAULT_TOPIC, TOPICS, kind_of
@@ -112,6 +113,9 @@ class PipelineConfig:
     kafka: dict[str, str] = field(default_factory=dict)
     #: what one input partition of a stage accepts (the file's ``limits:`` section)
     limits: Limits = field(default_factory=Limits)
+    #: ``encoding: confluent-avro``: the registry client's settings (the file's ``schema_registry:``
+    #: section below ``PERFSIFT_SR_*``; :mod:`perfsift.schemas.registry`)
+    schema_registry: dict[str, str] = field(default_factory=dict)
     stages: dict[str, StageConfig] = field(default_factory=dict)
     source: str = "<defaults>"
 
@@ -279,9 +283,9 @@ def load_pipeline(
         raise ConfigError(f"{source}: not valid YAML: {exc}") from None
     if not isinstance(doc, Mapping):
         raise ConfigError(f"{source}: the top level must be a mapping")
-    unknown = set(doc) - set(_SCALARS) - {"stages", "kafka", "limits"}
+    unknown = set(doc) - set(_SCALARS) - {"stages", "kafka", "limits", "schema_registry"}
     if unknown:
-        known = sorted([*_SCALARS, "stages", "kafka", "limits"])
+        known = sorted([*_SCALARS, "stages", "kafka", "limits", "schema_registry"])
         raise ConfigError(
             f"{source}: unknown settings {sorted(unknown)}{_did_you_mean(unknown, known)}; known: {known}"
         )
@@ -305,11 +309,16 @@ def load_pipeline(
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     kafka = _kafka_section(source, doc.get("kafka"))
-    cfg = PipelineConfig(**values, kafka=kafka, limits=limits, stages=stages, source=source)
+    if not isinstance(doc.get("schema_registry") or {}, Mapping):
+        raise _err(source, "schema_registry", "a mapping of registry client settings (url, basic.auth.user.info, ...)")
+    registry = registry_settings(doc.get("schema_registry"), env)
+    cfg = PipelineConfig(**values, kafka=kafka, limits=limits, schema_registry=registry, stages=stages, source=source)
     if cfg.guarantee not in GUARANTEES:
         raise ConfigError(f"{source}: guarantee must be one of {GUARANTEES}, got {cfg.guarantee!r}")
-    if cfg.encoding not in ("json", "avro"):
-        raise ConfigError(f"{source}: encoding must be 'json' or 'avro', got {cfg.encoding!r}")
+    if cfg.encoding not in ("json", "avro", "confluent-avro"):
+        raise ConfigError(f"{source}: encoding must be 'json', 'avro' or 'confluent-avro', got {cfg.encoding!r}")
+    if cfg.encoding == "confluent-avro" and not registry.get("url"):
+        raise ConfigError(f"{source}: encoding confluent-avro needs schema_registry.url (or PERFSIFT_SR_URL)")
     if cfg.partitions < 1 or cfg.batch_size < 1:
         raise ConfigError(f"{source}: partitions and batch_size must be >= 1")
     return cfg
