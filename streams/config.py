@@ -28,6 +28,8 @@ from perfsift.streams.limits import Limits
 from perfsift.streams.topics import DEFAULT_TOPIC, TOPICS, kind_of
 
 GUARANTEES = ("auto", "at_least_once", "exactly_once")
+#: the topic of ``otlp_out: true``
+OTLP_TOPIC = "perf.reduced.otlp"
 #: operators whose pipeline-file parameters name a source that the runtime reads for them
 _SOURCES: dict[str, Callable[[Mapping[str, Any]], dict[str, Any]]] = {"clean": clean_params}
 #: the ``emit:`` values older pipeline files state (it now follows from the last operator's role)
@@ -108,6 +110,9 @@ class PipelineConfig:
     batch_timeout_s: float = 0.1
     commit_interval_s: float = 1.0
     snapshots: bool = True
+    #: topic that gets perf.reduced, perf.forecast, perf.contract and perf.prediction again as OTLP
+    #: protobuf metrics ("" = none; ``true`` in the file means :data:`OTLP_TOPIC`)
+    otlp_out: str = ""
     #: librdkafka properties of every client (the file's ``kafka:`` section), below
     #: ``PERFSIFT_KAFKA_*`` and ``-X``
     kafka: dict[str, str] = field(default_factory=dict)
@@ -128,6 +133,7 @@ class PipelineConfig:
         names = [self.topic(t) for t in TOPICS]
         for st in self.stages.values():
             names += [self.topic(st.input), *(self.topic(o) for o in st.written)]
+        names += [self.topic(self.otlp_out)] if self.otlp_out else []
         compacted = [self.topic(t.name) for t in TOPICS.values() if t.compacted]
         return list(dict.fromkeys(names)), compacted
 
@@ -192,6 +198,7 @@ _SCALARS: dict[str, type] = {
     "batch_timeout_s": float,
     "commit_interval_s": float,
     "snapshots": bool,
+    "otlp_out": str,
 }
 
 
@@ -312,6 +319,11 @@ def load_pipeline(
     if not isinstance(doc.get("schema_registry") or {}, Mapping):
         raise _err(source, "schema_registry", "a mapping of registry client settings (url, basic.auth.user.info, ...)")
     registry = registry_settings(doc.get("schema_registry"), env)
+    if "otlp_out" in values:  # a topic, or true / false
+        flag = values["otlp_out"].strip().lower()
+        values["otlp_out"] = (
+            OTLP_TOPIC if flag in ("true", "yes", "1") else "" if flag in ("false", "no", "0") else values["otlp_out"]
+        )
     cfg = PipelineConfig(**values, kafka=kafka, limits=limits, schema_registry=registry, stages=stages, source=source)
     if cfg.guarantee not in GUARANTEES:
         raise ConfigError(f"{source}: guarantee must be one of {GUARANTEES}, got {cfg.guarantee!r}")
