@@ -38,6 +38,9 @@ ENCODING = "confluent-avro"
 ENV_PREFIX = "PERFSIFT_SR_"
 #: settings perfsift reads itself; the others go to ``SchemaRegistryClient``
 OWN_SETTINGS = ("auto.register.schemas",)
+#: client settings that are numbers (the file and the environment give text)
+_NUMBERS = ("timeout", "cache.capacity", "cache.latest.ttl.sec", "max.retries", "retries.wait.ms",
+            "retries.max.wait.ms")  # fmt: skip
 
 
 def registry_settings(section: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -48,6 +51,10 @@ def registry_settings(section: Mapping[str, Any] | None = None, env: Mapping[str
         if key.startswith(ENV_PREFIX) and len(key) > len(ENV_PREFIX):
             out[key[len(ENV_PREFIX) :].lower().replace("_", ".")] = value
     return out
+
+
+class RegistryError(RuntimeError):
+    """The registry cannot be reached or refuses a schema: the stage cannot go on (not a bad record)."""
 
 
 @cache
@@ -68,10 +75,16 @@ class SchemaRegistry:
     def __init__(self, settings: Mapping[str, str]) -> None:
         from confluent_kafka.schema_registry import SchemaRegistryClient
 
-        conf = {k: v for k, v in settings.items() if k not in OWN_SETTINGS}
+        conf: dict[str, Any] = {k: v for k, v in settings.items() if k not in OWN_SETTINGS}
+        for key in set(_NUMBERS) & set(conf):
+            try:
+                conf[key] = float(conf[key]) if "." in str(conf[key]) else int(conf[key])
+            except ValueError:
+                raise ValueError(f"schema_registry.{key} must be a number, got {conf[key]!r}") from None
         if not conf.get("url"):
             raise ValueError("encoding confluent-avro needs schema_registry.url (pipeline file or PERFSIFT_SR_URL)")
         self.auto_register = settings.get("auto.register.schemas", "true").lower() in ("1", "true", "yes")
+        self.url = conf["url"]
         self.client = SchemaRegistryClient.new_client(conf)
         self._lock = threading.Lock()
         self._subject_ids: dict[tuple[str, str], int] = {}
@@ -97,7 +110,10 @@ class SchemaRegistry:
                 else:
                     schema_id = int(self.client.lookup_schema(subject, schema).schema_id)  # type: ignore[arg-type]
             except SchemaRegistryError as exc:
-                raise RecordError(f"schema registry: {kind} schema under subject {subject!r}: {exc}") from None
+                why = f"{kind} schema under subject {subject!r}: {exc}"
+                raise RegistryError(f"schema registry {self.url}: {why}") from None
+            except Exception as exc:  # the transport's (httpx) errors: the registry is not there
+                raise RegistryError(f"schema registry {self.url} cannot be reached: {exc}") from None
             self._subject_ids[(subject, kind)] = schema_id
             self._kind_ids.setdefault(kind, schema_id)
             self._writers[schema_id] = (load_schema(kind), kind)
@@ -120,7 +136,11 @@ class SchemaRegistry:
         try:
             schema = self.client.get_schema(schema_id)
         except SchemaRegistryError as exc:
-            raise RecordError(f"schema registry has no schema id {schema_id}: {exc}", where) from None
+            if exc.http_status_code == 404:  # a record naming an id nobody registered
+                raise RecordError(f"schema registry has no schema id {schema_id}: {exc}", where) from None
+            raise RegistryError(f"schema registry {self.url}: schema id {schema_id}: {exc}") from None
+        except Exception as exc:
+            raise RegistryError(f"schema registry {self.url} cannot be reached: {exc}") from None
         if (schema.schema_type or "AVRO") != "AVRO" or schema.schema_str is None:
             raise RecordError(f"schema id {schema_id} is {schema.schema_type}, not Avro", where)
         parsed = fastavro.parse_schema(json.loads(schema.schema_str))

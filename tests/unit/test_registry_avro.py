@@ -14,6 +14,7 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 from perfsift.schemas import RecordError, decode_samples, encode_records
 from perfsift.schemas.registry import (
     ConfluentAvroCodec,
+    RegistryError,
     SchemaRegistry,
     registry_for,
     registry_settings,
@@ -100,7 +101,7 @@ def test_bad_records_are_refused_with_reasons(registry: SchemaRegistry) -> None:
 
 def test_without_auto_register_an_unknown_subject_is_an_error() -> None:
     reg = registry_for({"url": f"mock://{uuid.uuid4().hex}", "auto.register.schemas": "false"})
-    with pytest.raises(RecordError, match=r"subject 'perf\.raw-value'"):
+    with pytest.raises(RegistryError, match=r"subject 'perf\.raw-value'"):
         reg.register("perf.raw-value", "sample")
     AvroSerializer(reg.client, schema_text("sample"))(SAMPLE, ctx("perf.raw"))  # now registered
     assert reg.register("perf.raw-value", "sample") >= 1
@@ -131,3 +132,16 @@ def test_the_pipeline_file_needs_a_registry_url_for_confluent_avro(tmp_path: Pat
     path.write_text("encoding: confluent-avro\nschema_registry: [1]\n")
     with pytest.raises(ConfigError, match="a mapping of registry client settings"):
         load_pipeline(path, env={})
+
+
+def test_a_registry_that_is_not_there_stops_the_stage_not_the_record() -> None:
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    reg = registry_for({"url": f"http://127.0.0.1:{port}", "max.retries": "0"})  # text, as from PERFSIFT_SR_*
+    with pytest.raises(RegistryError, match="cannot be reached"):
+        reg.register("perf.raw-value", "sample")
+    with pytest.raises(RegistryError, match="cannot be reached"):  # not a RecordError: nothing is dead-lettered
+        ConfluentAvroCodec("sample", reg).decode(b"\x00\x00\x00\x00\x07" + bytes(8))
