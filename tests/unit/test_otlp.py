@@ -59,3 +59,41 @@ def test_prediction_records_keep_model_and_output_and_a_job_wide_node_has_no_hos
 def test_an_unknown_kind_is_refused() -> None:
     with pytest.raises(ValueError, match="no OTLP form"):
         to_requests("selection", [{"ts": 1.0, "node": "a"}])
+
+
+@pytest.mark.parametrize("encoding", ["json", "avro"])
+def test_a_stage_adds_the_otlp_copy_of_what_it_emits(tmp_path, encoding: str) -> None:  # type: ignore[no-untyped-def]
+    """The hook the runner calls, offline: the OTLP topic's points are the forecast records' values,
+    whatever the encoding they were written in."""
+    import numpy as np
+    from perfsift.schemas import codec_for, samples_to_batch
+    from perfsift.streams.config import load_pipeline
+    from perfsift.streams.outputs import StageOutputs
+    from perfsift.streams.stage import Chain
+
+    (tmp_path / "p.yaml").write_text(
+        f"encoding: {encoding}\notlp_out: my.otlp\nstages:\n  fc:\n    input: perf.raw\n    outputs: [perf.forecast]\n"
+        "    operators:\n      - type: forecast\n        metrics: [x]\n"
+    )
+    cfg = load_pipeline(tmp_path / "p.yaml", env={})
+    stage = cfg.stage("fc")
+    rng = np.random.default_rng(0)
+    batch = samples_to_batch(
+        [{"ts": float(t), "node": f"n{n}", "job": "j", "metrics": {"x": float(rng.normal())}} for t in range(40)
+         for n in range(2)]
+    )  # fmt: skip
+    emitted = StageOutputs(cfg, stage).extend(Chain(stage, encoding).process(batch))
+    records = [codec_for(encoding, "forecast").decode(v) for v in emitted.topics["perf.forecast"][0]]
+    assert records and set(emitted.topics) == {"perf.forecast", "my.otlp"}
+    got: dict[tuple, float] = {}
+    for res, points in read(emitted.topics["my.otlp"][0]):
+        for (name, attrs, t), v in points.items():
+            got[(res["host.name"], name, attrs, t)] = v
+    want = {
+        (r["node"], f"perfsift.forecast{suffix}", (("metric", "x"),), round(r["ts"] * 1e9)): r[f]
+        for r in records
+        for f, suffix in (("forecast", ""), ("lower", ".lower"), ("upper", ".upper"), ("sigma", ".sigma"))
+        if r[f] is not None
+    }
+    assert got == want
+    assert emitted.topics["my.otlp"][1] == [b"n0", b"n1"]
