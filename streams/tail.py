@@ -54,13 +54,11 @@ def start_offsets(consumer: Consumer, topic: str, partitions: list[int], at: Sta
         return [TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions]
     if at.kind == "end":
         return [TopicPartition(topic, p, OFFSET_END) for p in partitions]
-    if at.kind == "absolute":
-        return [TopicPartition(topic, p, at.value) for p in partitions]
-    if at.kind == "relative":
+    if at.kind in ("absolute", "relative"):  # an offset past the end waits there (auto.offset.reset, read())
         out = []
         for p in partitions:
             low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
-            out.append(TopicPartition(topic, p, max(low, high - at.value)))
+            out.append(TopicPartition(topic, p, max(low, at.value if at.kind == "absolute" else high - at.value)))
         return out
     # the broker's answer; read() also skips what comes before the time (the embedded broker
     # answers every time lookup with the partition's first offset)
@@ -82,7 +80,7 @@ def read(
 ) -> Generator[Message, None, None]:
     """The messages of ``topic`` (of ``key`` only, if given) from ``at`` on, until ``stop``, ``idle``
     seconds without a message, or (``exit_at_end``) the end of every partition read."""
-    reset = "latest" if at.kind == "end" else "earliest"
+    reset = "latest" if at.kind in ("end", "absolute") else "earliest"
     settings = consumer_settings(props, group or f"perfsift.tail.{time.time_ns()}")
     c = Consumer({**settings, "auto.offset.reset": reset, "enable.partition.eof": exit_at_end})
     try:

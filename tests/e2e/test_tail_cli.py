@@ -84,6 +84,7 @@ def test_from_the_beginning_every_encoding_is_decoded(broker, topic: str) -> Non
 
 def test_partition_and_absolute_offset(broker, topic: str) -> None:  # type: ignore[no-untyped-def]
     assert tail(broker, topic, "-p", "0", "-o", "5", "-f", "%p %o\\n", "--idle", "2") == ["0 5", "0 6", "0 7"]
+    assert tail(broker, topic, "-p", "1", "-o", "99", "--idle", "2") == []  # past the end: waits there
 
 
 def test_key_filter(broker, topic: str) -> None:  # type: ignore[no-untyped-def]
