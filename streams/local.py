@@ -105,11 +105,12 @@ class LocalRun:
         self.started = time.monotonic()
         raw = self.cfg.topic("perf.raw")
         if trace is not None and speed:  # paced: event time advances evenly over the nodes, as from live producers
-            rstats = replay(self.props, raw, trace, speed=speed, console=console, stop=stop)
+            rstats = replay(self.props, raw, trace, speed=speed, console=console, stop=stop, pipeline=self.cfg)
             self.published, self.errors = rstats.published, rstats.errors
         elif trace is not None:
             samples = number_samples(iter_samples(trace, on_error=self.errors.append))
-            self.published = publish_samples(self.props, raw, samples, console=console, label=f"replaying {trace.name}")
+            self.published = publish_samples(self.props, raw, samples, console=console, label=f"replaying {trace.name}",
+                                             pipeline=self.cfg)  # fmt: skip
         self._expected = expected_inputs(self.cfg, self.runners, self.published)
 
     def elapsed(self) -> float:

@@ -81,23 +81,26 @@ def produce(
     bootstrap: BootstrapNeededOpt = None,
     kafka_prop: PropsOpt = None,
     job: Annotated[str | None, typer.Option(help="Set this job on every sample.")] = None,
+    config: ConfigOpt = None,
 ) -> None:
-    """Publish a trace's samples to a topic as fast as possible, keyed by node; seq is numbered per
-    (job, node) where absent. `perfsift replay` keeps the trace's timing."""
+    """Publish a trace's samples to a topic as fast as possible, keyed by node, in the pipeline's
+    encoding (--config; JSON by default); seq is numbered per (job, node) where absent. `perfsift
+    replay` keeps the trace's timing."""
     if not bootstrap:
         raise fail("produce needs --bootstrap (or PERFSIFT_BOOTSTRAP); start one with `perfsift broker`")
     if (file is None) == (not demo):
         raise fail("give a FILE or --demo (not both)")
     path = demo_trace_path() if demo else file
     assert path is not None
-    props = kafka_properties(bootstrap, parse_props(kafka_prop))
+    cfg = pipeline_from_flags(config)
+    props = kafka_properties(bootstrap, parse_props(kafka_prop), file=cfg.kafka)
     try:
         require_topic(props, topic)
     except ValueError as exc:
         raise fail(f"{exc}; `perfsift topics -b {bootstrap}` creates the pipeline's topics") from None
     errors: list[RecordError] = []
     samples = number_samples(iter_samples(path, on_error=errors.append), job)
-    n = publish_samples(props, topic, samples, console=console)
+    n = publish_samples(props, topic, samples, console=console, pipeline=cfg)
     out.print(f"published {n} samples to {topic}; {len(errors)} lines rejected")
     for e in errors[:10]:
         console.print(f"  [yellow]{e}[/yellow]")

@@ -67,3 +67,35 @@ def test_registry_avro_in_and_out_of_a_stage(kafka: dict, prefix: str, tmp_path:
         assert rec["metrics"]["x"] == pytest.approx(want, rel=1e-12)
         assert rec["warm"] == (step >= WINDOW - 1)
     assert len(dead) == 1 and "magic byte" in dead[0]["reason"]
+
+
+def test_perfsifts_own_publisher_writes_the_pipelines_encoding(kafka: dict, prefix: str, tmp_path: Path) -> None:
+    """produce / replay / run publish perf.raw in the pipeline's encoding: a confluent-avro stage
+    reads every sample (none dead-lettered), and the raw topic's subject carries the id."""
+    from perfsift.schemas.registry import registry_for
+    from perfsift.streams.publish import publish_samples
+
+    path = tmp_path / "pipeline.yaml"
+    path.write_text(
+        f'topic_prefix: "{prefix}"\npartitions: 1\nencoding: confluent-avro\ncommit_interval_s: 0.2\n'
+        f"schema_registry:\n  url: mock://{uuid.uuid4().hex}\n"
+        "stages:\n  smooth:\n    input: perf.raw\n    outputs: [perf.smoothed]\n"
+        "    operators:\n      - type: sliding_mean\n        window: 2\n"
+    )
+    cfg = load_pipeline(path, env={})
+    create_pipeline_topics(cfg, kafka)
+    data = [{"ts": 1e9 + t, "node": "n", "job": "j", "seq": t, "metrics": {"x": float(t)}} for t in range(30)]
+    assert publish_samples(kafka, cfg.topic("perf.raw"), data, pipeline=cfg) == 30
+    raw = read_topic(kafka, cfg.topic("perf.raw"), lambda r: len(r) >= 30, timeout=30, decode=False)
+    client = registry_for(cfg.schema_registry).client
+    raw_id = client.get_latest_version(f"{cfg.topic('perf.raw')}-value").schema_id
+    assert {int.from_bytes(m.value()[1:5], "big") for m in raw} == {raw_id}
+    runner = StageRunner(cfg.stage("smooth"), cfg, kafka, embedded=True)
+    thread = run_in_thread(runner)
+    out = read_topic(kafka, cfg.topic("perf.smoothed"), lambda r: len(r) >= 30, timeout=30, decode=False)
+    runner.stop()
+    thread.join(20)
+    deser = AvroDeserializer(client)
+    got = sorted((r["seq"], r["metrics"]["x"]) for r in (deser(m.value(), None) for m in out))
+    assert got == [(0, 0.0)] + [(t, t - 0.5) for t in range(1, 30)]
+    assert runner.stats.dead_letters == 0
