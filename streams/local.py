@@ -19,6 +19,7 @@ import orjson
 from perfsift.producers import number_samples
 from perfsift.producers.traces import iter_samples
 from perfsift.schemas import RecordError
+from perfsift.schemas.detect import decode_any
 from perfsift.streams.analyze import FILES
 from perfsift.streams.clients import read_topic_to_end
 from perfsift.streams.config import PipelineConfig
@@ -161,7 +162,8 @@ class LocalRun:
                 continue
             values = read_topic_to_end(self.props, self.cfg.topic(topic))
             seen = dict.fromkeys(values)  # at-least-once duplicates are identical: keep one of each
-            (folder / name).write_bytes(b"".join(v + b"\n" for v in seen))
+            lines = seen if self.cfg.encoding == "json" else (orjson.dumps(decode_any(v).record) for v in seen)
+            (folder / name).write_bytes(b"".join(v + b"\n" for v in lines))
 
     def write_report(self, folder: Path) -> Path:
         """The stages' counts and the reduction ratio in ``folder/summary.json``, and the HTML report
