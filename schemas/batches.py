@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import orjson
 from perfsift.operators.batch import Batch
-from perfsift.schemas.codecs import AvroCodec
+from perfsift.schemas.codecs import codec_for
 from perfsift.schemas.records import MAX_METRICS, SEQ_MAX, SEQ_MIN, RecordError, validate_sample
 
 
@@ -242,9 +242,8 @@ def decode_samples(
     builder = _BatchBuilder()
     positions: list[int] = []
     errors: list[RecordError] = []
-    avro = codec == "avro"
     loads = orjson.loads
-    avro_codec = AvroCodec("sample") if avro else None
+    avro_codec = codec_for(codec, "sample") if codec != "json" else None
     for i, raw in enumerate(values):
         if raw is None:
             errors.append(RecordError("empty message (null value)", loc(i), i))

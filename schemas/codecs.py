@@ -11,6 +11,7 @@ from typing import Any
 import fastavro
 import orjson
 from perfsift.schemas.records import RecordError, load_schema, validate_sample
+from perfsift.schemas.registry import ConfluentAvroCodec
 
 _AVRO_MARKER = b"\xc3\x01"
 
@@ -85,10 +86,13 @@ def _nan_to_none(obj: Any) -> Any:
     return obj
 
 
-def codec_for(name: str, schema: str = "sample") -> JsonCodec | AvroCodec:
-    """The codec called ``name`` ("json" or "avro") for records of ``schema``."""
+def codec_for(name: str, schema: str = "sample") -> JsonCodec | AvroCodec | ConfluentAvroCodec:
+    """The codec called ``name`` ("json", "avro" or "confluent-avro": Schema Registry framing,
+    :mod:`~perfsift.schemas.registry`) for records of ``schema``."""
     if name == "json":
         return JsonCodec(schema)
     if name == "avro":
         return AvroCodec(schema)
-    raise ValueError(f"unknown encoding {name!r}: use 'json' or 'avro'")
+    if name == "confluent-avro":
+        return ConfluentAvroCodec(schema)
+    raise ValueError(f"unknown encoding {name!r}: use 'json', 'avro' or 'confluent-avro'")

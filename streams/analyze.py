@@ -42,7 +42,8 @@ class Analysis:
         self.out_dir = out_dir
         out_dir.mkdir(parents=True, exist_ok=True)
         self.order = self._topological(cfg)
-        self.chains = {st.name: Chain(st, cfg.encoding) for st in self.order}
+        # JSON between the stages whatever the pipeline's wire encoding: the outputs are JSON-lines files
+        self.chains = {st.name: Chain(st, "json") for st in self.order}
         self.stats = {st.name: StageStats(st.name) for st in self.order}
         self.files: dict[str, IO[bytes]] = {}
         self.sddf: TraceWriter | None = TraceWriter(out_dir / "reduced.sddf") if sddf else None
@@ -94,7 +95,7 @@ class Analysis:
                 def where(i: int, topic: str = st.input) -> str:
                     return f"{topic}[{i}]"
 
-                batch, _, errors = decode_samples(values, where, self.cfg.encoding)
+                batch, _, errors = decode_samples(values, where, "json")
                 for _ in errors:
                     stats.dead_letter("malformed")
                 self.errors += errors

@@ -22,11 +22,14 @@ from typing import Any
 
 import yaml
 from perfsift.operators import OPERATORS, Decider, Operator, Router
+from perfsift.schemas.registry import registry_settings
 from perfsift.streams.knowledge import clean_params
 from perfsift.streams.limits import Limits
 from perfsift.streams.topics import DEFAULT_TOPIC, TOPICS, kind_of
 
 GUARANTEES = ("auto", "at_least_once", "exactly_once")
+#: the topic of ``otlp_out: true``
+OTLP_TOPIC = "perf.reduced.otlp"
 #: operators whose pipeline-file parameters name a source that the runtime reads for them
 _SOURCES: dict[str, Callable[[Mapping[str, Any]], dict[str, Any]]] = {"clean": clean_params}
 #: the ``emit:`` values older pipeline files state (it now follows from the last operator's role)
@@ -107,11 +110,17 @@ class PipelineConfig:
     batch_timeout_s: float = 0.1
     commit_interval_s: float = 1.0
     snapshots: bool = True
+    #: topic that gets perf.reduced, perf.forecast, perf.contract and perf.prediction again as OTLP
+    #: protobuf metrics ("" = none; ``true`` in the file means :data:`OTLP_TOPIC`)
+    otlp_out: str = ""
     #: librdkafka properties of every client (the file's ``kafka:`` section), below
     #: ``PERFSIFT_KAFKA_*`` and ``-X``
     kafka: dict[str, str] = field(default_factory=dict)
     #: what one input partition of a stage accepts (the file's ``limits:`` section)
     limits: Limits = field(default_factory=Limits)
+    #: ``encoding: confluent-avro``: the registry client's settings (the file's ``schema_registry:``
+    #: section below ``PERFSIFT_SR_*``; :mod:`perfsift.schemas.registry`)
+    schema_registry: dict[str, str] = field(default_factory=dict)
     stages: dict[str, StageConfig] = field(default_factory=dict)
     source: str = "<defaults>"
 
@@ -124,6 +133,7 @@ class PipelineConfig:
         names = [self.topic(t) for t in TOPICS]
         for st in self.stages.values():
             names += [self.topic(st.input), *(self.topic(o) for o in st.written)]
+        names += [self.topic(self.otlp_out)] if self.otlp_out else []
         compacted = [self.topic(t.name) for t in TOPICS.values() if t.compacted]
         return list(dict.fromkeys(names)), compacted
 
@@ -188,6 +198,7 @@ _SCALARS: dict[str, type] = {
     "batch_timeout_s": float,
     "commit_interval_s": float,
     "snapshots": bool,
+    "otlp_out": str,
 }
 
 
@@ -279,9 +290,9 @@ def load_pipeline(
         raise ConfigError(f"{source}: not valid YAML: {exc}") from None
     if not isinstance(doc, Mapping):
         raise ConfigError(f"{source}: the top level must be a mapping")
-    unknown = set(doc) - set(_SCALARS) - {"stages", "kafka", "limits"}
+    unknown = set(doc) - set(_SCALARS) - {"stages", "kafka", "limits", "schema_registry"}
     if unknown:
-        known = sorted([*_SCALARS, "stages", "kafka", "limits"])
+        known = sorted([*_SCALARS, "stages", "kafka", "limits", "schema_registry"])
         raise ConfigError(
             f"{source}: unknown settings {sorted(unknown)}{_did_you_mean(unknown, known)}; known: {known}"
         )
@@ -305,11 +316,21 @@ def load_pipeline(
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     kafka = _kafka_section(source, doc.get("kafka"))
-    cfg = PipelineConfig(**values, kafka=kafka, limits=limits, stages=stages, source=source)
+    if not isinstance(doc.get("schema_registry") or {}, Mapping):
+        raise _err(source, "schema_registry", "a mapping of registry client settings (url, basic.auth.user.info, ...)")
+    registry = registry_settings(doc.get("schema_registry"), env)
+    if "otlp_out" in values:  # a topic, or true / false
+        flag = values["otlp_out"].strip().lower()
+        values["otlp_out"] = (
+            OTLP_TOPIC if flag in ("true", "yes", "1") else "" if flag in ("false", "no", "0") else values["otlp_out"]
+        )
+    cfg = PipelineConfig(**values, kafka=kafka, limits=limits, schema_registry=registry, stages=stages, source=source)
     if cfg.guarantee not in GUARANTEES:
         raise ConfigError(f"{source}: guarantee must be one of {GUARANTEES}, got {cfg.guarantee!r}")
-    if cfg.encoding not in ("json", "avro"):
-        raise ConfigError(f"{source}: encoding must be 'json' or 'avro', got {cfg.encoding!r}")
+    if cfg.encoding not in ("json", "avro", "confluent-avro"):
+        raise ConfigError(f"{source}: encoding must be 'json', 'avro' or 'confluent-avro', got {cfg.encoding!r}")
+    if cfg.encoding == "confluent-avro" and not registry.get("url"):
+        raise ConfigError(f"{source}: encoding confluent-avro needs schema_registry.url (or PERFSIFT_SR_URL)")
     if cfg.partitions < 1 or cfg.batch_size < 1:
         raise ConfigError(f"{source}: partitions and batch_size must be >= 1")
     return cfg

@@ -19,6 +19,7 @@ import orjson
 from perfsift.producers import number_samples
 from perfsift.producers.traces import iter_samples
 from perfsift.schemas import RecordError
+from perfsift.schemas.detect import decode_any
 from perfsift.streams.analyze import FILES
 from perfsift.streams.clients import read_topic_to_end
 from perfsift.streams.config import PipelineConfig
@@ -105,11 +106,12 @@ class LocalRun:
         self.started = time.monotonic()
         raw = self.cfg.topic("perf.raw")
         if trace is not None and speed:  # paced: event time advances evenly over the nodes, as from live producers
-            rstats = replay(self.props, raw, trace, speed=speed, console=console, stop=stop)
+            rstats = replay(self.props, raw, trace, speed=speed, console=console, stop=stop, pipeline=self.cfg)
             self.published, self.errors = rstats.published, rstats.errors
         elif trace is not None:
             samples = number_samples(iter_samples(trace, on_error=self.errors.append))
-            self.published = publish_samples(self.props, raw, samples, console=console, label=f"replaying {trace.name}")
+            self.published = publish_samples(self.props, raw, samples, console=console, label=f"replaying {trace.name}",
+                                             pipeline=self.cfg)  # fmt: skip
         self._expected = expected_inputs(self.cfg, self.runners, self.published)
 
     def elapsed(self) -> float:
@@ -160,7 +162,9 @@ class LocalRun:
                 continue
             values = read_topic_to_end(self.props, self.cfg.topic(topic))
             seen = dict.fromkeys(values)  # at-least-once duplicates are identical: keep one of each
-            write_atomic(folder / name, b"".join(v + b"\n" for v in seen))
+            lines = seen if self.cfg.encoding == "json" else (orjson.dumps(decode_any(v).record) for v in seen)
+            write_atomic(folder / name, b"".join(v + b"
+" for v in lines))
 
     def write_report(self, folder: Path, live: bool = False) -> Path:
         """The stages' counts and the reduction ratio in ``folder/summary.json``, and the HTML report

@@ -2,16 +2,29 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 from confluent_kafka import KafkaError, Message, Producer
-from perfsift.schemas import RecordError
+from perfsift.schemas import RecordError, codec_for
+from perfsift.schemas.registry import ENCODING as CONFLUENT_AVRO
+from perfsift.schemas.registry import use_registry
 from perfsift.streams.clients import producer_settings
+from perfsift.streams.config import PipelineConfig
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+
+def sample_encoder(pipeline: PipelineConfig | None, topic: str) -> Callable[[dict[str, Any]], bytes]:
+    """How samples for ``topic`` are encoded: JSON without a pipeline, else in its ``encoding``
+    (``confluent-avro``: the ``<topic>-value`` subject is registered first)."""
+    if pipeline is None or pipeline.encoding == "json":
+        return orjson.dumps
+    if pipeline.encoding == CONFLUENT_AVRO:
+        use_registry(pipeline.schema_registry).register(f"{topic}-value", "sample")
+    return codec_for(pipeline.encoding, "sample").encode
 
 
 class PublishError(RuntimeError):
@@ -50,10 +63,14 @@ class PublishStats:
 
 
 class SamplePublisher:
-    """A producer for samples (JSON, keyed by node) with delivery accounting and back-pressure."""
+    """A producer for samples (keyed by node; JSON, or the pipeline's ``encoding``) with delivery
+    accounting and back-pressure."""
 
-    def __init__(self, props: dict[str, str], topic: str, adaptive: Any = None) -> None:
+    def __init__(
+        self, props: dict[str, str], topic: str, adaptive: Any = None, pipeline: PipelineConfig | None = None
+    ) -> None:
         self.failed: list[str] = []
+        self.encode = sample_encoder(pipeline, topic)
 
         def on_delivery(err: KafkaError | None, msg: Message) -> None:
             if err is not None:
@@ -70,13 +87,13 @@ class SamplePublisher:
         self.stats = PublishStats()
 
     def send(self, sample: dict[str, Any]) -> None:
-        full = orjson.dumps(sample)
+        full = self.encode(sample)
         value = full
         stats = self.stats
         if self.adaptive is not None:
             sent, reduced = self.adaptive.apply(sample)
             if reduced:
-                value = orjson.dumps(sent)
+                value = self.encode(sent)
                 stats.reduced += 1
         try:
             self.producer.produce(self.topic, value, sample["node"].encode())
@@ -109,9 +126,10 @@ def publish_samples(
     samples: Iterable[dict[str, Any]],
     console: Console | None = None,
     label: str = "publishing",
+    pipeline: PipelineConfig | None = None,
 ) -> int:
-    """Publish samples keyed by node (JSON); return how many were acknowledged."""
-    pub = SamplePublisher(props, topic)
+    """Publish samples keyed by node (JSON, or ``pipeline``'s encoding); return how many were acknowledged."""
+    pub = SamplePublisher(props, topic, pipeline=pipeline)
     progress = Progress(
         TextColumn("{task.description}"),
         BarColumn(),

@@ -16,11 +16,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import orjson
 from confluent_kafka import Consumer, KafkaError
 from perfsift.producers.traces import SddfMapping, iter_samples
 from perfsift.schemas import RecordError
+from perfsift.schemas.detect import decode_any
 from perfsift.streams.clients import assign_from_start, consumer_settings
+from perfsift.streams.config import PipelineConfig
 from perfsift.streams.publish import PublishStats, SamplePublisher
 from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
@@ -64,11 +65,11 @@ class AdaptiveControl:
                     continue
                 if m.value() is None:
                     continue
-                try:
-                    rec = orjson.loads(m.value())  # type: ignore[arg-type]
+                try:  # in whatever encoding the pipeline writes (decode_any tells them apart)
+                    rec = decode_any(m.value()).record
                     rule = (frozenset(map(str, rec["keep"])), max(int(rec["full_every"]), 1), int(rec["version"]))
                     job = str(rec["job"])
-                except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+                except (RecordError, KeyError, TypeError, ValueError):
                     continue  # not a control record: ignore it, producers must keep running
                 with self.lock:
                     if job not in self.rules or rule[2] >= self.rules[job][2]:
@@ -150,10 +151,12 @@ def replay(
     adaptive: AdaptiveControl | None = None,
     console: Console | None = None,
     stop: threading.Event | None = None,
+    pipeline: PipelineConfig | None = None,
 ) -> PublishStats:
     """Publish a trace; ``speed`` None = as fast as possible, else trace seconds per wall second
-    (2.0 = twice as fast as recorded). Bad records are counted and skipped."""
-    pub = SamplePublisher(props, topic, adaptive)
+    (2.0 = twice as fast as recorded). Bad records are counted and skipped; samples are JSON, or in
+    ``pipeline``'s encoding."""
+    pub = SamplePublisher(props, topic, adaptive, pipeline)
     stats = pub.stats
     t0 = time.monotonic()
     first_ts: float | None = None

@@ -43,6 +43,7 @@ from perfsift.streams.clients import (
 from perfsift.streams.config import PipelineConfig, StageConfig
 from perfsift.streams.limits import Guard
 from perfsift.streams.logs import kafka_logger
+from perfsift.streams.outputs import StageOutputs
 from perfsift.streams.stage import Chain, Emitted, StageError, StageStats, merge_summaries
 from perfsift.streams.topics import DEADLETTER_TOPIC, STATE_TOPIC
 
@@ -104,6 +105,7 @@ class StageRunner:
         state_topic = pipeline.topic(STATE_TOPIC)
         self._checkpoints = Checkpoints(kafka, self.group_id, state_topic, pipeline.partitions, stage.name)
         self._template = Chain(stage, pipeline.encoding)
+        self._outputs = StageOutputs(pipeline, stage)  # registry subjects, OTLP out
         self._fingerprint = self._template.fingerprint()  # the template also serves the warm-up
         self._consumer: Consumer | None = None
         self._producer: Producer | None = None
@@ -202,12 +204,8 @@ class StageRunner:
                 [self._in_topic], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
             )
             log.info(
-                "stage %s: consuming %s as group %s (%s)",
-                self.stage.name,
-                self._in_topic,
-                self.group_id,
-                self.guarantee,
-                extra={"stage": self.stage.name, "topic": self._in_topic, "group": self.group_id,
+                "stage %s: consuming %s as group %s (%s)", self.stage.name, self._in_topic, self.group_id,
+                self.guarantee, extra={"stage": self.stage.name, "topic": self._in_topic, "group": self.group_id,
                        "instance": self.instance, "guarantee": self.guarantee},
             )  # fmt: skip
             self._warm_up()  # while the group join runs in librdkafka's threads
@@ -337,7 +335,7 @@ class StageRunner:
                     self._dead_letter(ms[pos[i]], f"processing failed: {type(exc).__name__}: {exc}"[:1000],
                                       "operator_failed")  # fmt: skip
             else:
-                self._emit(emitted)
+                self._emit(self._outputs.extend(emitted))
         part.next_offset = where(ms[-1])[2] + 1
         part.dirty = True
         # counted once the batch is through the chain: a reader that sees every record counted

@@ -18,6 +18,7 @@ from typing import Annotated
 
 import typer
 from confluent_kafka import KafkaError, KafkaException
+from perfsift.schemas.registry import RegistryError
 from perfsift.streams.cli.analyze import analyze_command, report_command
 from perfsift.streams.cli.clean import clean_command, kb_app, quality_command
 from perfsift.streams.cli.contract import contract_app
@@ -114,6 +115,9 @@ def main() -> None:
         err = exc.args[0] if exc.args else None
         what = err.str() if isinstance(err, KafkaError) else str(exc)
         fail(f"Kafka: {what} (check --bootstrap / PERFSIFT_BOOTSTRAP and the -X client settings)")
+        sys.exit(1)
+    except RegistryError as exc:  # encoding: confluent-avro and the registry is not there
+        fail(f"{exc} (check schema_registry.url / PERFSIFT_SR_URL and PERFSIFT_SR_*)")
         sys.exit(1)
 
 

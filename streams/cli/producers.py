@@ -95,6 +95,7 @@ def replay_command(
                     adaptive=control,
                     console=console,
                     stop=stop,
+                    pipeline=cfg,
                 )
             except RecordError as exc:
                 raise fail(str(exc)) from None
@@ -172,7 +173,7 @@ def sample_command(
             control = AdaptiveControl(props, cfg.topic("perf.control")) if adaptive else None
             if control is not None and not control.wait_ready():
                 console.print("[yellow]perf.control not read yet; starting with full samples[/yellow]")
-            pub = SamplePublisher(props, cfg.topic(topic), control)
+            pub = SamplePublisher(props, cfg.topic(topic), control, cfg)
             try:
                 n = loop(pub.send)
                 pub.flush()

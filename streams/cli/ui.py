@@ -16,6 +16,7 @@ import typer
 from perfsift.operators import Batch
 from perfsift.producers.traces import iter_samples
 from perfsift.schemas import RecordError, samples_to_batch
+from perfsift.schemas.registry import use_registry
 from perfsift.streams.config import ConfigError, PipelineConfig, load_pipeline, parse_settings
 from rich.console import Console
 from rich.markup import escape
@@ -86,9 +87,12 @@ def pipeline_from_flags(config: Path | None, settings: list[str] | None = None) 
     """The pipeline of ``--config`` (default: the packaged one) with the ``--set`` overrides; a
     mistake in either ends the command with its message."""
     try:
-        return load_pipeline(config, overrides=parse_settings(settings))
+        cfg = load_pipeline(config, overrides=parse_settings(settings))
     except ConfigError as exc:
         raise fail(str(exc)) from None
+    if cfg.encoding == "confluent-avro":  # the registry every codec of this process asks
+        use_registry(cfg.schema_registry)
+    return cfg
 
 
 def read_trace(path: Path) -> Batch:

@@ -8,11 +8,11 @@ import time
 from collections import Counter
 from pathlib import Path
 
-import orjson
 import pytest
 from confluent_kafka import Producer
 from perfsift.producers.synth import TABLE1, spmd
 from perfsift.producers.traces import write_samples
+from perfsift.schemas import codec_for
 from perfsift.streams.clients import create_pipeline_topics
 from perfsift.streams.config import default_pipeline_path, load_pipeline, with_overrides
 
@@ -69,19 +69,26 @@ def test_replay_keeps_the_traces_timing_scaled_by_speed(kafka: dict, prefix: str
     assert time.monotonic() - t0 >= 2.5  # 5 trace seconds at 2x
 
 
-def test_adaptive_replay_sends_only_the_selected_metrics(kafka: dict, prefix: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("encoding", ["json", "avro"])
+def test_adaptive_replay_sends_only_the_selected_metrics(
+    kafka: dict, prefix: str, tmp_path: Path, encoding: str
+) -> None:
+    """Control records are read, and samples written, in the pipeline's encoding."""
+    codec = codec_for(encoding, "sample")
     path, n = trace(tmp_path, "t.jsonl", nodes=4, duration=100)
     config = setup(kafka, prefix, tmp_path)
+    config.write_text(config.read_text().replace("encoding: json", f"encoding: {encoding}"))
     p = Producer({**kafka})
     control = {"job": "cactus", "version": 1, "ts": 0.0, "keep": ["disk_pwrite", "forks"], "full_every": 10}
-    p.produce(f"{prefix}perf.control", orjson.dumps(control), b"cactus")
+    p.produce(f"{prefix}perf.control", codec_for(encoding, "control").encode(control), b"cactus")
     assert p.flush(10) == 0
     summary = tmp_path / "s.json"
     r = perfsift("replay", str(path), "--max-speed", "--adaptive", "-b", kafka["bootstrap.servers"], "-c", str(config),
                  "--summary-json", str(summary))  # fmt: skip
     assert r.returncode == 0, r.stderr[-2000:]
     assert "saved" in r.stdout
-    got = read_topic(kafka, f"{prefix}perf.raw", lambda rs: len(rs) >= n)
+    msgs = read_topic(kafka, f"{prefix}perf.raw", lambda rs: len(rs) >= n, decode=False)
+    got = [codec.decode(m.value()) for m in msgs]
     full = [g for g in got if len(g["metrics"]) == 12]
     reduced = [g for g in got if set(g["metrics"]) == {"disk_pwrite", "forks"}]
     assert len(full) + len(reduced) == n == len(got)

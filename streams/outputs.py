@@ -1,0 +1,71 @@
+"""What a running stage adds around its chain's outputs, kept out of the runner: the Schema
+Registry subjects of the topics it writes (``encoding: confluent-avro``) and the OTLP copy of its
+results (``otlp_out``: :mod:`perfsift.schemas.otlp`).
+
+:func:`written_kinds` says which kind of record (schema) each topic of a stage gets.
+"""
+
+from __future__ import annotations
+
+from perfsift.operators import Decider
+from perfsift.schemas import codec_for
+from perfsift.schemas.otlp import KINDS as OTLP_KINDS
+from perfsift.schemas.otlp import to_requests
+from perfsift.schemas.registry import ENCODING as CONFLUENT_AVRO
+from perfsift.schemas.registry import use_registry
+from perfsift.streams.config import PipelineConfig, StageConfig
+from perfsift.streams.stage import Emitted
+
+
+def written_kinds(stage: StageConfig) -> dict[str, str]:
+    """Every topic (logical name) the stage writes and the kind of record it carries."""
+    kinds = dict.fromkeys(stage.tapped, "sample")
+    last = stage.last
+    if stage.role == "route":
+        kinds |= {t: kind for kind, topics in stage.routes.items() for t in topics}
+    elif last is not None and issubclass(last, Decider):
+        kinds |= dict.fromkeys(stage.outputs, last.output)
+    else:
+        kinds |= dict.fromkeys(stage.outputs, "sample")
+    return kinds
+
+
+class StageOutputs:
+    """Set up once per runner (registers the ``<topic>-value`` subjects of every topic the stage
+    writes, when the encoding is ``confluent-avro``); :meth:`extend` sees every emitted batch."""
+
+    def __init__(self, pipeline: PipelineConfig, stage: StageConfig) -> None:
+        self.pipeline = pipeline
+        self.stage = stage
+        kinds = written_kinds(stage)
+        if pipeline.encoding == CONFLUENT_AVRO:
+            registry = use_registry(pipeline.schema_registry)
+            for topic, kind in kinds.items():
+                registry.register(f"{pipeline.topic(topic)}-value", kind)
+        #: topics whose records go out as OTLP too, with their kind (one topic per kind)
+        self.otlp: dict[str, str] = {}
+        if pipeline.otlp_out:
+            for topic, kind in kinds.items():
+                if kind in OTLP_KINDS and kind not in self.otlp.values():
+                    self.otlp[topic] = kind
+        self._codecs = {kind: codec_for(pipeline.encoding, kind) for kind in self.otlp.values()}
+
+    def extend(self, emitted: Emitted) -> Emitted:
+        """The chain's outputs with what this stage adds to them: the OTLP copy of its results,
+        one request per (job, node) of each batch, on the ``otlp_out`` topic."""
+        if not self.otlp:
+            return emitted
+        values: list[bytes] = []
+        keys: list[bytes] = []
+        for topic, kind in self.otlp.items():
+            encoded = emitted.topics.get(topic)
+            if encoded and encoded[0]:
+                codec = self._codecs[kind]
+                v, k = to_requests(kind, (codec.decode(r) for r in encoded[0]))
+                values += v
+                keys += k
+        if values:
+            have = emitted.topics.setdefault(self.pipeline.otlp_out, ([], []))
+            have[0].extend(values)
+            have[1].extend(keys)
+        return emitted
