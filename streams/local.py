@@ -163,8 +163,7 @@ class LocalRun:
             values = read_topic_to_end(self.props, self.cfg.topic(topic))
             seen = dict.fromkeys(values)  # at-least-once duplicates are identical: keep one of each
             lines = seen if self.cfg.encoding == "json" else (orjson.dumps(decode_any(v).record) for v in seen)
-            write_atomic(folder / name, b"".join(v + b"
-" for v in lines))
+            write_atomic(folder / name, b"".join(v + b"\n" for v in lines))
 
     def write_report(self, folder: Path, live: bool = False) -> Path:
         """The stages' counts and the reduction ratio in ``folder/summary.json``, and the HTML report
