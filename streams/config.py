@@ -28,6 +28,8 @@ from perfsift.streams.limits import Limits
 from perfsift.streams.topics import DEFAULT_TOPIC, TOPICS, kind_of
 
 GUARANTEES = ("auto", "at_least_once", "exactly_once")
+#: the wire encodings of ``encoding:``
+ENCODINGS = ("json", "avro", "confluent-avro")
 #: the topic of ``otlp_out: true``
 OTLP_TOPIC = "perf.reduced.otlp"
 #: operators whose pipeline-file parameters name a source that the runtime reads for them
@@ -327,7 +329,7 @@ def load_pipeline(
     cfg = PipelineConfig(**values, kafka=kafka, limits=limits, schema_registry=registry, stages=stages, source=source)
     if cfg.guarantee not in GUARANTEES:
         raise ConfigError(f"{source}: guarantee must be one of {GUARANTEES}, got {cfg.guarantee!r}")
-    if cfg.encoding not in ("json", "avro", "confluent-avro"):
+    if cfg.encoding not in ENCODINGS:
         raise ConfigError(f"{source}: encoding must be 'json', 'avro' or 'confluent-avro', got {cfg.encoding!r}")
     if cfg.encoding == "confluent-avro" and not registry.get("url"):
         raise ConfigError(f"{source}: encoding confluent-avro needs schema_registry.url (or PERFSIFT_SR_URL)")

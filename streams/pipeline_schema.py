@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 from perfsift.operators.registry import OPERATORS
-from perfsift.streams.config import _SCALARS, GUARANTEES, PipelineConfig
+from perfsift.streams.config import _SCALARS, ENCODINGS, GUARANTEES, PipelineConfig
 from perfsift.streams.limits import Limits
 
 from perfsift import __version__
@@ -88,7 +88,12 @@ def pipeline_schema() -> dict[str, Any]:
     defaults = {f.name: f.default for f in fields(PipelineConfig)}
     settings: dict[str, Any] = {k: {**_type_schema(t), "default": defaults[k]} for k, t in _SCALARS.items()}
     settings["guarantee"]["enum"] = list(GUARANTEES)
-    settings["encoding"]["enum"] = ["json", "avro"]
+    settings["encoding"]["enum"] = list(ENCODINGS)
+    settings["otlp_out"] = {
+        "type": ["string", "boolean"],
+        "default": False,
+        "description": "also publish the results as OTLP metrics: true (topic perf.reduced.otlp) or a topic name",
+    }
     for key in ("partitions", "batch_size", "replication"):
         settings[key]["minimum"] = 1
     limits = {
@@ -125,6 +130,11 @@ def pipeline_schema() -> dict[str, Any]:
             "kafka": {
                 "type": "object",
                 "description": "librdkafka properties of every client",
+                "additionalProperties": {"type": ["string", "number", "boolean"]},
+            },
+            "schema_registry": {
+                "type": "object",
+                "description": "Schema Registry client settings of encoding: confluent-avro (url, ...)",
                 "additionalProperties": {"type": ["string", "number", "boolean"]},
             },
             "stages": {"type": "object", "additionalProperties": {"$ref": "#/$defs/stage"}},

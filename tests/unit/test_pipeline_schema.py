@@ -106,3 +106,19 @@ def test_yaml_syntax_errors_name_their_line(tmp_path: Path) -> None:
     p = write(tmp_path, "partitions: 4\nstages:\n  node: [\n")
     (error,) = schema_errors(p)
     assert error.startswith(f"{p}:4: not valid YAML") or error.startswith(f"{p}:3: not valid YAML"), error
+
+
+@pytest.mark.parametrize("otlp_out", ["true", "false", "team.otlp"])
+def test_the_output_settings_the_loader_takes_fit_the_schema(tmp_path: Path, otlp_out: str) -> None:
+    """Every encoding the loader accepts, ``otlp_out`` as a flag or a topic and a registry section
+    fit the schema (a schema narrower than the loader would fail ``perfsift validate`` on a good file)."""
+    for encoding in ("json", "avro", "confluent-avro"):
+        p = write(
+            tmp_path,
+            f"encoding: {encoding}\notlp_out: {otlp_out}\nschema_registry:\n  url: mock://x\n"
+            "stages:\n  s:\n    input: perf.raw\n    outputs: [perf.smoothed]\n    operators: [{type: ewma}]\n",
+        )
+        assert schema_errors(p) == [], encoding
+        assert load_pipeline(p, env={}).encoding == encoding
+    bad = write(tmp_path, "encoding: protobuf\n")
+    assert any("encoding" in e for e in schema_errors(bad))
