@@ -28,9 +28,9 @@ from perfsift.streams.cli.ui import (
 from perfsift.streams.clients import create_pipeline_topics, kafka_properties, parse_props
 from perfsift.streams.config import with_options
 from perfsift.streams.http import HealthServer
+from perfsift.streams.ingest.stage import stage_runner
 from perfsift.streams.local import DEFAULT_REPORT, LocalRun
 from perfsift.streams.logs import LogFormat, current_logging
-from perfsift.streams.runner import StageRunner
 from perfsift.streams.stage import StageError
 from rich.live import Live
 from rich.table import Table
@@ -64,7 +64,7 @@ def worker(
     if not bootstrap:
         raise fail("worker needs --bootstrap (or PERFSIFT_BOOTSTRAP); `perfsift run` runs everything embedded")
     props = kafka_properties(bootstrap, parse_props(kafka_prop), file=cfg.kafka)
-    runner = StageRunner(st, cfg, props)
+    runner = stage_runner(st, cfg, props)
     try:  # bound before Kafka is asked anything: a local mistake fails at once
         health = HealthServer(runner, http_port, http_host) if http_port else None
     except OSError as exc:
