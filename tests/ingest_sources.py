@@ -19,7 +19,7 @@ Expected = dict[tuple[str, str, float], dict[str, float | None]]
 BOUNDS = [1.0, 5.0, 10.0]
 
 
-def otlp_requests(hosts: dict[str, str]) -> tuple[list[Any], Expected]:
+def otlp_requests(hosts: dict[str, str], merge_first: bool = True) -> tuple[list[Any], Expected]:
     """Two collections of an OpenTelemetry SDK (one MeterProvider per host, the host as a
     resource): a counter with an attribute, a gauge with an attribute, a gauge and a histogram;
     encoded with the OTLP exporter's own encoder. Round 1 as one request of every host, round 2
@@ -63,10 +63,6 @@ def otlp_requests(hosts: dict[str, str]) -> tuple[list[Any], Expected]:
                                    "mem": 1000.0 * (i + 1) + 3 * r, "n": len(obs), "sum": sum(obs)})  # fmt: skip
         rounds.append(reqs)
         time.sleep(0.05)
-    first = rounds[0][0]
-    for req in rounds[0][1:]:
-        first.resource_metrics.extend(req.resource_metrics)
-    requests = [first, *rounds[1]]
     # the time of each collection, as the SDK stamped it (one per collect)
     stamps = {
         host: [
@@ -75,6 +71,12 @@ def otlp_requests(hosts: dict[str, str]) -> tuple[list[Any], Expected]:
         for host, reqs in zip(hosts, zip(*rounds, strict=True), strict=True)
     }
     expected: Expected = {}
+    requests = [*rounds[0], *rounds[1]]
+    if merge_first:
+        first = copy_request(rounds[0][0])
+        for req in rounds[0][1:]:
+            first.resource_metrics.extend(req.resource_metrics)
+        requests = [first, *rounds[1]]
     for host, job in hosts.items():
         (t1, t2), (a, b) = stamps[host], recorded[host]
         dt = t2 - t1
@@ -97,15 +99,30 @@ def otlp_requests(hosts: dict[str, str]) -> tuple[list[Any], Expected]:
     return requests, expected
 
 
-def otlp_messages(hosts: dict[str, str], fmt: str) -> tuple[list[Message], Expected]:
+def copy_request(req: Any) -> Any:
+    out = type(req)()
+    out.CopyFrom(req)
+    return out
+
+
+def otlp_messages(hosts: dict[str, str], fmt: str, keyed: bool = False) -> tuple[list[Message], Expected]:
     """:func:`otlp_requests` framed as the Collector's Kafka exporter does: one request per message,
-    protobuf (``otlp_proto``) or protojson (``otlp_json``)."""
+    protobuf (``otlp_proto``) or protojson (``otlp_json``). ``keyed``: one resource per message,
+    keyed by its host (``partition_metrics_by_resource_attributes: true``), so a host's points
+    stay in one partition; else the first collection of every host in one unkeyed request."""
     from google.protobuf.json_format import MessageToJson
 
-    reqs, expected = otlp_requests(hosts)
+    reqs, expected = otlp_requests(hosts, merge_first=not keyed)
+
+    def key(r: Any) -> bytes | None:
+        if not keyed:
+            return None
+        attrs = {kv.key: kv.value.string_value for kv in r.resource_metrics[0].resource.attributes}
+        return attrs["host.name"].encode()
+
     if fmt == "otlp_proto":
-        return [(r.SerializeToString(), None, None) for r in reqs], expected
-    return [(MessageToJson(r).encode(), None, None) for r in reqs], expected
+        return [(r.SerializeToString(), key(r), None) for r in reqs], expected
+    return [(MessageToJson(r).encode(), key(r), None) for r in reqs], expected
 
 
 def telegraf_messages(hosts: list[str], t0: int = 1_700_000_000) -> tuple[list[Message], Expected]:
