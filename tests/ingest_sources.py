@@ -8,6 +8,7 @@ produce, computed here from what was recorded (not by perfsift's code).
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
@@ -218,7 +219,7 @@ def prometheus_messages(hosts: list[str], t0_ms: int = 1_700_000_000_000) -> tup
     return msgs, expected
 
 
-def produce(props: dict[str, str], topic: str, msgs: list[Message]) -> None:
+def produce(props: dict[str, str], topic: str, msgs: Sequence[Message]) -> None:
     from confluent_kafka import Producer
 
     p = Producer(props)
