@@ -5,7 +5,7 @@ LDMS, Prometheus) into *wide* samples ``{ts, node, job, metrics}``. :class:`Inge
 the node and the job come from and how a series becomes a metric name; every format has defaults
 (:data:`DEFAULT_MAPS`), and a ``--map FILE`` (YAML) overrides any of them::
 
-    node: [host.name, host]          # the first of these attributes (resource, then point) present
+    node: [host.name, host]          # the first of these attributes present (resource, then point)
     job: service.name                # an attribute naming the job; null: every sample in job_default
     job_default: default
     attributes: [state, direction]   # point attributes appended to the series name (default: all
@@ -41,7 +41,7 @@ class IngestConfigError(ValueError):
 class IngestMap:
     """How a format's series map onto samples (see the module docstring)."""
 
-    node: tuple[str, ...] = ("host.name", "host", "instance")
+    node: tuple[str, ...] = ("host.name", "host", "instance", "service.instance.id")
     job: str | None = "service.name"
     job_default: str = "default"
     #: point attributes appended to a series name, in this order; None = all (but node/job), sorted
@@ -69,7 +69,7 @@ DEFAULT_MAPS: dict[str, IngestMap] = {
     "otlp_proto": IngestMap(),
     "otlp_json": IngestMap(),
     "telegraf_json": IngestMap(node=("host",), job=None),
-    "ldms_json": IngestMap(node=("ProducerName",), job=None),
+    "ldms_json": IngestMap(node=("ProducerName", "producer", "component_id"), job=None),
     "prometheus_text": IngestMap(node=("instance", "host"), job=None),
     "perfsift": IngestMap(),
 }
