@@ -79,15 +79,15 @@ class OtlpWalker:
         self._names: dict[tuple[str, tuple[tuple[str, str], ...]], str] = {}
 
     def _name(self, base: str, attrs: Sequence[Any]) -> str:
-        pairs = tuple((kv.key, anyvalue(kv.value)) for kv in attrs)
+        pairs = tuple([(kv.key, kv.value.string_value) for kv in attrs])
         key = (base, pairs)
         name = self._names.get(key)
         if name is None:
-            d = dict(pairs)
+            d = {kv.key: anyvalue(kv.value) for kv in attrs}  # non-string values too
             sel = self.select
             keys = sorted(k for k in d if k not in self.skip) if sel is None else [k for k in sel if k in d]
             name = ".".join([base, *(d[k] for k in keys)])
-            if len(self._names) < 100_000:
+            if all(v for _, v in pairs) and len(self._names) < 100_000:  # string attributes: a safe key
                 self._names[key] = name
         return name
 
@@ -99,13 +99,38 @@ class OtlpWalker:
 
     def walk(self, req: Any) -> None:
         asm = self.asm
+        row_of = asm.row
+        name_of = self._name
+        rates = self.rates
         for rm in req.resource_metrics:
             res = {kv.key: kv.value for kv in rm.resource.attributes}
             node = next((anyvalue(res[k]) for k in self.node_keys if k in res), None)
             job = anyvalue(res[self.job_key]) if self.job_key and self.job_key in res else self.job_default
+            last_t, row = -1, None
             for sm in rm.scope_metrics:
                 for metric in sm.metrics:
-                    self._metric(metric, job, node, asm)
+                    kind = metric.WhichOneof("data")
+                    if node is None or (kind != "gauge" and kind != "sum"):
+                        self._metric(metric, job, node, asm)
+                        continue
+                    # the common case, inline: gauges and sums of a resource that names its node
+                    data = metric.gauge if kind == "gauge" else metric.sum
+                    if kind == "sum" and data.is_monotonic and rates:
+                        self._metric(metric, job, node, asm)
+                        continue
+                    base = metric.name
+                    n = 0
+                    for dp in data.data_points:
+                        n += 1
+                        t = dp.time_unix_nano
+                        if t != last_t:  # one collection: usually one time for all
+                            row, last_t = row_of(job, node, t * NS), t
+                        if row is None:
+                            continue
+                        v = dp.as_double or dp.as_int
+                        if v - v == 0:  # finite
+                            row[name_of(base, dp.attributes) if len(dp.attributes) else base] = v
+                    asm.points += n
 
     def _target(self, job: str, node: str | None, dp: Any) -> tuple[str, dict[str, float | None]] | None:
         """(node, row) of a data point, or None (unmapped or late; counted)."""
