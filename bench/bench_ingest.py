@@ -113,12 +113,14 @@ def run_stage(props: dict, cfg, st: StageConfig, n: int) -> tuple[float, int]:  
 def decode_only(hosts: int, collections: int) -> float:
     msgs = [otlp_request(h, k) for k in range(min(collections, 10)) for h in range(hosts)]
     asm = Assembler(IngestSettings("otlp_proto", DEFAULT_MAPS["otlp_proto"], 0.0))
-    decode = decoder_for(asm)
+    many = decoder_for(asm).many  # type: ignore[attr-defined]
+    many(msgs[:1000])  # compiled (or loaded from numba's cache) before the clock starts
+    asm = Assembler(IngestSettings("otlp_proto", DEFAULT_MAPS["otlp_proto"], 0.0))
+    many = decoder_for(asm).many  # type: ignore[attr-defined]
     t = time.perf_counter()
     n = 0
     for i in range(0, len(msgs), 5000):  # per poll: decode, then the due rows as one batch
-        for m in msgs[i : i + 5000]:
-            decode(m, None, 0.0)
+        assert many(msgs[i : i + 5000]) == []
         rows = asm.due(float("inf"))
         n += len(asm.to_batch(rows)) if rows else 0
     return n / (time.perf_counter() - t)

@@ -128,12 +128,12 @@ def otlp_messages(hosts: dict[str, str], fmt: str, keyed: bool = False) -> tuple
 
 def telegraf_messages(hosts: list[str], t0: int = 1_700_000_000) -> tuple[list[Message], Expected]:
     """Telegraf's JSON serializer output (``{"fields","name","tags","timestamp"}``, timestamp in
-    seconds), two intervals of cpu and mem per host; the second interval in the batch format."""
+    seconds), two intervals of cpu and mem per host, keyed by host (``routing_tag = "host"``); the
+    second interval in the batch format (``{"metrics": [...]}``, one per host)."""
     msgs: list[Message] = []
     expected: Expected = {}
     for k in range(2):
         ts = t0 + 10 * k
-        batch = []
         for i, host in enumerate(hosts):
             cpu = {"fields": {"usage_idle": 90.5 - i - k, "usage_user": 5.25 + i + k}, "name": "cpu",
                    "tags": {"cpu": "cpu-total", "host": host}, "timestamp": ts}  # fmt: skip
@@ -142,21 +142,21 @@ def telegraf_messages(hosts: list[str], t0: int = 1_700_000_000) -> tuple[list[M
             if k == 0:
                 msgs += [(orjson.dumps(cpu), host.encode(), None), (orjson.dumps(mem), host.encode(), None)]
             else:
-                batch += [cpu, mem]
+                msgs.append((orjson.dumps({"metrics": [cpu, mem]}), host.encode(), None))
             expected[("default", host, float(ts))] = {
                 "cpu.cpu-total.usage_idle": 90.5 - i - k,
                 "cpu.cpu-total.usage_user": 5.25 + i + k,
                 "mem.available": float(8_000_000 + 1000 * i + k),
                 "mem.used_percent": 40.0 + i,
             }
-        if batch:
-            msgs.append((orjson.dumps({"metrics": batch}), None, None))
     return msgs, expected
 
 
 def ldms_messages(producers: list[str], t0: float = 1_700_000_000.25) -> tuple[list[Message], Expected]:
     """Rows of an LDMS decomposition of the meminfo set, as store_kafka / store_avro_kafka
-    (encoding=JSON) write them: timestamp as "sec.usec" text (the yyjson encoder) or a number."""
+    (encoding=JSON) write them: timestamp as "sec.usec" text (the yyjson encoder) or a number.
+    LDMS does not key its messages; keyed by producer here, which is what a one-partition topic
+    gives (docs/ingest.md): a node's rows stay in order."""
     msgs: list[Message] = []
     expected: Expected = {}
     for k in range(2):
@@ -166,7 +166,7 @@ def ldms_messages(producers: list[str], t0: float = 1_700_000_000.25) -> tuple[l
                    "job_id": 0, "app_id": 0, "ProducerName": prod, "instance": f"{prod}/meminfo",
                    "MemTotal": 16_000_000, "MemFree": 9_000_000 - 1000 * i - k, "Active": 123.5 + k,
                    "cpu_load": [0.5 + i, 0.25 + k]}  # fmt: skip
-            msgs.append((orjson.dumps(row), None, None))
+            msgs.append((orjson.dumps(row), prod.encode(), None))
             expected[("default", prod, ts)] = {
                 "MemTotal": 16_000_000.0,
                 "MemFree": float(9_000_000 - 1000 * i - k),

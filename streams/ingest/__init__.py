@@ -18,8 +18,12 @@ def decoder_for(asm: Assembler) -> Decoder:
     fmt = asm.settings.format
     if fmt in ("otlp_proto", "otlp_json"):
         from perfsift.streams.ingest.otlp import otlp_decoder
+        from perfsift.streams.ingest.otlp_fast import OtlpProtoBatch
 
-        return otlp_decoder(asm, fmt)
+        dec = otlp_decoder(asm, fmt)
+        if fmt == "otlp_proto":  # a poll's messages at once: the runner calls dec.many
+            dec.many = OtlpProtoBatch(asm, dec.walker)
+        return dec
     if fmt == "telegraf_json":
         return telegraf_decoder(asm)
     if fmt == "ldms_json":

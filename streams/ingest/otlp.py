@@ -210,25 +210,32 @@ def _per_second(v: float, ts: float, start: float) -> float | None:
     return v / (ts - start) if start > 0 and ts > start else None
 
 
-def otlp_decoder(asm: Assembler, fmt: str) -> Callable[[bytes, bytes | None, float], None]:
-    """A function decoding one message (``otlp_proto`` or ``otlp_json``) into ``asm``; it raises
-    :class:`IngestError` for a message that is not a request."""
-    walker = OtlpWalker(asm)
+class OtlpDecoder:
+    """Decodes one message (``otlp_proto`` or ``otlp_json``) into an assembler; it raises
+    :class:`IngestError` for a message that is not a request. ``many`` (``otlp_proto``) decodes a
+    poll's messages at once (:mod:`.otlp_fast`) and returns the problems per message."""
 
-    def proto(value: bytes, key: bytes | None = None, when: float = 0.0) -> None:
+    def __init__(self, asm: Assembler, fmt: str) -> None:
+        self.walker = OtlpWalker(asm)
+        self.fmt = fmt
+        #: set by :func:`~perfsift.streams.ingest.decoder_for` for ``otlp_proto`` (:mod:`.otlp_fast`)
+        self.many: Callable[[list[bytes]], list[tuple[int, str, str]]] | None = None
+
+    def __call__(self, value: bytes, key: bytes | None = None, when: float = 0.0) -> None:
         req = ExportMetricsServiceRequest()
-        try:
-            req.ParseFromString(value)
-        except DecodeError as exc:
-            raise IngestError(f"not an OTLP ExportMetricsServiceRequest (protobuf): {exc}") from None
-        walker.walk(req)
+        if self.fmt == "otlp_proto":
+            try:
+                req.ParseFromString(value)
+            except DecodeError as exc:
+                raise IngestError(f"not an OTLP ExportMetricsServiceRequest (protobuf): {exc}") from None
+        else:
+            try:
+                json_format.Parse(value, req, ignore_unknown_fields=True)
+            except (json_format.ParseError, UnicodeDecodeError, ValueError) as exc:
+                raise IngestError(f"not an OTLP ExportMetricsServiceRequest (JSON): {str(exc)[:300]}") from None
+        self.walker.walk(req)
 
-    def protojson(value: bytes, key: bytes | None = None, when: float = 0.0) -> None:
-        req = ExportMetricsServiceRequest()
-        try:
-            json_format.Parse(value, req, ignore_unknown_fields=True)
-        except (json_format.ParseError, UnicodeDecodeError, ValueError) as exc:
-            raise IngestError(f"not an OTLP ExportMetricsServiceRequest (JSON): {str(exc)[:300]}") from None
-        walker.walk(req)
 
-    return proto if fmt == "otlp_proto" else protojson
+def otlp_decoder(asm: Assembler, fmt: str) -> OtlpDecoder:
+    """The decoder of ``otlp_proto`` or ``otlp_json`` messages into ``asm``."""
+    return OtlpDecoder(asm, fmt)

@@ -127,22 +127,29 @@ class IngestRunner(StageRunner):
         asm.now = now = time.monotonic()
         limit = part.guard.limits.max_record_bytes
         points = asm.points
+        many = getattr(decode, "many", None)
+        batch: list[Message] = []
         for m in ms:
             value = m.value()
             if value is None:
                 self._dead_letter(m, "empty message (null value)", "malformed")
-                continue
-            if len(value) > limit:
+            elif len(value) > limit:
                 self._dead_letter(m, f"{len(value)} bytes, more than {limit}", "record_too_large")
-                continue
-            try:
-                decode(value, m.key(), m.timestamp()[1] / 1000.0)
-            except IngestError as exc:
-                self._dead_letter(m, exc.reason, exc.kind)
-                continue
-            if asm.late or asm.unmapped:
-                for kind, reason in asm.take_problems():
-                    self._dead_letter(m, reason, kind)
+            elif many is not None:
+                batch.append(m)
+            else:
+                try:
+                    decode(value, m.key(), m.timestamp()[1] / 1000.0)
+                except IngestError as exc:
+                    self._dead_letter(m, exc.reason, exc.kind)
+                    continue
+                if asm.late or asm.unmapped:
+                    for kind, reason in asm.take_problems():
+                        self._dead_letter(m, reason, kind)
+        if batch:  # the whole poll at once (otlp_proto)
+            assert many is not None
+            for i, kind, reason in many([m.value() for m in batch]):
+                self._dead_letter(batch[i], reason, kind)
         self.points_in += asm.points - points
         part.next_offset = where(ms[-1])[2] + 1
         part.dirty = True

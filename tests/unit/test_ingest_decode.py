@@ -134,3 +134,26 @@ def test_a_bad_map_names_the_key() -> None:
         parse_map("otlp_proto", {"nodes": ["x"]})
     with pytest.raises(IngestConfigError, match="quantiles"):
         parse_map("otlp_proto", {"quantiles": [1.5]})
+
+
+def test_the_poll_at_once_otlp_reader_gives_the_walkers_samples() -> None:
+    """otlp_proto's numba wire reader (gauges and sums as arrays) against the generated classes,
+    on SDK output with a multi-resource request, histograms (read by the classes), a resource
+    without a node and a message that is not protobuf."""
+    msgs, want = src.otlp_messages({"h0": "jobA", "h1": "jobA", "h2": "jobB"}, "otlp_proto")
+    from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
+
+    nameless = ExportMetricsServiceRequest.FromString(msgs[1][0])
+    del nameless.resource_metrics[0].resource.attributes[:]  # no host.name: unmapped
+    values = [v for v, _, _ in msgs] + [nameless.SerializeToString(), b"\xff\xff\xff not protobuf"]
+    fast = Assembler(IngestSettings("otlp_proto", DEFAULT_MAPS["otlp_proto"], 1.0))
+    problems = decoder_for(fast).many(values)  # type: ignore[attr-defined]
+    got = {(j, n, ts): m for j, n, ts, m in fast.due(0.0, everything=True)}
+    assert_samples(got, want)
+    assert sorted((i, kind) for i, kind, _ in problems) == [(len(msgs), "unmapped"), (len(msgs) + 1, "malformed")]
+    # the same rows, in the same order of keys, as one message at a time through the classes
+    slow = Assembler(IngestSettings("otlp_proto", DEFAULT_MAPS["otlp_proto"], 1.0))
+    one = decoder_for(slow)
+    for v in values[:-1]:
+        one(v, None, 0.0)
+    assert {(j, n, ts): m for j, n, ts, m in slow.due(0.0, everything=True)} == got
