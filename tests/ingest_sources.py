@@ -219,6 +219,18 @@ def prometheus_messages(hosts: list[str], t0_ms: int = 1_700_000_000_000) -> tup
     return msgs, expected
 
 
+def perfsift_messages(nodes: list[str]) -> tuple[list[Message], Expected]:
+    """perfsift samples, for the pass-through format: they arrive as they are."""
+    msgs: list[Message] = []
+    expected: Expected = {}
+    for k in range(2):
+        for i, node in enumerate(nodes):
+            sample = {"ts": 1000.0 + k, "node": node, "job": "jp", "metrics": {"a": 1.5 * i + k, "b": None}}
+            msgs.append((orjson.dumps(sample), node.encode(), None))
+            expected[("jp", node, 1000.0 + k)] = {"a": 1.5 * i + k, "b": None}
+    return msgs, expected
+
+
 def produce(props: dict[str, str], topic: str, msgs: Sequence[Message]) -> None:
     from confluent_kafka import Producer
 

@@ -18,6 +18,7 @@ from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from perfsift.streams.ingest._otlp_wire import GAUGE, SUM, WireArrays
 from perfsift.streams.ingest.assemble import Assembler
 from perfsift.streams.ingest.otlp import CUMULATIVE, NS, OtlpWalker, anyvalue
+from perfsift.streams.ingest.settings import IngestSettings
 
 Problem = tuple[int, str, str]  # message index, dead-letter kind, reason
 
@@ -202,3 +203,13 @@ class OtlpProtoBatch:
             span = t_s - st_s
             delta = np.where((st_s > 0) & (span > 0), v_s / span, np.nan)
         vals[pos] = np.where(cum, rate, delta)
+
+
+def warm_up(settings: IngestSettings) -> None:
+    """Compile (or load from numba's cache) the wire reader on a one-point request."""
+    req = ExportMetricsServiceRequest()
+    rm = req.resource_metrics.add()
+    kv = rm.resource.attributes.add(key="host.name")
+    kv.value.string_value = "warm-up"
+    rm.scope_metrics.add().metrics.add(name="m").gauge.data_points.add(time_unix_nano=1, as_double=1.0)
+    OtlpProtoBatch(Assembler(settings), OtlpWalker(Assembler(settings)))([req.SerializeToString()])

@@ -83,6 +83,14 @@ class IngestRunner(StageRunner):
         #: data points decoded (all formats but perfsift)
         self.points_in = 0
 
+    def _warm_up(self) -> None:
+        super()._warm_up()
+        settings = self._ingest
+        if settings is not None and settings.format == "otlp_proto":  # the wire reader's machine code
+            from perfsift.streams.ingest.otlp_fast import warm_up
+
+            warm_up(settings)
+
     # The consume loop sets ``last_loop`` every time it comes round: the clock that emits samples
     # whose lateness bound ran out when no message arrives.
     @property
@@ -98,6 +106,8 @@ class IngestRunner(StageRunner):
     def _emit_due(self, now: float, everything: bool = False) -> None:
         settings = self._ingest
         assert settings is not None
+        if settings.format == "perfsift":  # passed through: nothing is assembled
+            return
         for part in list(self._parts.values()):
             asm = assembler_of(part.chain, settings)[0]
             samples = asm.due(now, everything)

@@ -28,6 +28,7 @@ SOURCES = {
     "telegraf_json": lambda: src.telegraf_messages(["tg0", "tg1"]),
     "ldms_json": lambda: src.ldms_messages(["ld0", "ld1", "ld2"]),
     "prometheus_text": lambda: src.prometheus_messages(["pr0", "pr1"]),
+    "perfsift": lambda: src.perfsift_messages(["ps0", "ps1"]),
 }
 
 
