@@ -78,7 +78,8 @@ class IngestRunner(StageRunner):
         if settings is None:
             raise ValueError(f"stage {stage.name} has no ingest settings")
         self._fingerprint = f"{self._fingerprint}|{settings.fingerprint()}"
-        self._checkpoints = IngestCheckpoints(self._checkpoints, settings)
+        if settings.format != "perfsift":  # pass-through samples: nothing pending to snapshot
+            self._checkpoints = IngestCheckpoints(self._checkpoints, settings)
         self._ingest = settings
         #: data points decoded (all formats but perfsift)
         self.points_in = 0

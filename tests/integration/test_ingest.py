@@ -13,7 +13,7 @@ from pathlib import Path
 import orjson
 import pytest
 from perfsift.streams.clients import create_pipeline_topics
-from perfsift.streams.config import load_pipeline
+from perfsift.streams.config import StageConfig, load_pipeline
 from perfsift.streams.ingest.stage import IngestRunner, stage_runner
 from perfsift.streams.runner import run_in_thread, wait_assigned
 
@@ -62,7 +62,8 @@ def test_every_format_arrives_value_by_value_and_goes_on_through_the_node_stage(
     create_pipeline_topics(cfg, kafka)
     runners = [stage_runner(st, cfg, kafka, embedded=True) for st in cfg.stages.values()]
     assert sum(isinstance(r, IngestRunner) for r in runners) == len(SOURCES)
-    threads = [run_in_thread(r) for r in runners]
+    failures: list[BaseException] = []
+    threads = [run_in_thread(r, on_error=failures.append) for r in runners]
     try:
         assert wait_assigned(runners, 60)
         want: dict = {}
@@ -77,6 +78,7 @@ def test_every_format_arrives_value_by_value_and_goes_on_through_the_node_stage(
             r.stop()
         for t in threads:
             t.join(30)
+    assert failures == []  # every stage ran to its drain and final commit
     got = {(s["job"], s["node"], s["ts"]): s["metrics"] for s in raw}
     assert len(raw) == len(got)  # one sample per (job, node, ts)
     check_values(got, want)
@@ -155,3 +157,27 @@ def test_pending_samples_survive_a_restart_in_the_checkpoint(kafka: dict, prefix
         thread.join(30)
     check_values({(s["job"], s["node"], s["ts"]): s["metrics"] for s in out}, want)
     assert second.stats.records_in == 0 and second.stats.restored_partitions >= 1
+
+
+def test_the_ingest_command_runs_the_stage(kafka: dict, prefix: str, tmp_path: Path) -> None:
+    from perfsift.streams.cli import app
+    from typer.testing import CliRunner
+
+    msgs, want = src.telegraf_messages(["c0", "c1"])
+    mapping = tmp_path / "map.yaml"
+    mapping.write_text("rename: {mem.available: mem_free}\nexclude: ['cpu.*.usage_user']\n")
+    cfg = load_pipeline(None, overrides={"topic_prefix": prefix})  # what the command reads
+    create_pipeline_topics(replace(cfg, stages={"in": StageConfig("in", "telegraf", ("perf.raw",), ())}), kafka)
+    src.produce(kafka, f"{prefix}telegraf", msgs)
+    args = ["ingest", "--format", "telegraf_json", "--topic", "telegraf", "-b", kafka["bootstrap.servers"],
+            "--map", str(mapping), "--max-delay", "0.2", "--idle-exit", "10", "--http-port", "0",
+            "--set", f"topic_prefix={prefix}"]  # fmt: skip
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    out = read_topic(kafka, cfg.topic("perf.raw"), lambda r: len(r) >= len(want), timeout=30)
+    got = {(s["job"], s["node"], s["ts"]): s["metrics"] for s in out}
+    renamed = {
+        key: {("mem_free" if k == "mem.available" else k): v for k, v in m.items() if not k.endswith("usage_user")}
+        for key, m in want.items()
+    }
+    check_values(got, renamed)
