@@ -114,7 +114,8 @@ def validate(
     names, _ = cfg.topics()
     out.print(f"{pipeline}: ok - {len(cfg.stages)} stages ({', '.join(cfg.stages) or 'none'}), {len(names)} topics")
     for st in cfg.stages.values():
-        ops = " -> ".join(op.type for op in st.operators) or "(passes samples)"
+        steps = ([f"ingest {st.ingest.format}"] if st.ingest else []) + [op.type for op in st.operators]
+        ops = " -> ".join(steps) or "(passes samples)"
         out.print(f"  {st.name}: {cfg.topic(st.input)} -> {ops} -> {', '.join(cfg.topic(o) for o in st.written)}")
 
 
