@@ -145,8 +145,11 @@ class Assembler:
         out: list[Sample] = []
         for sk, last in top.items():
             series = rows[sk]
-            for ts in sorted(t for t in series if t <= last):
-                out.append((sk[0], sk[1], ts, series.pop(ts)))
+            if len(series) == 1:  # the common case: one pending row, the one that is due
+                out.append((sk[0], sk[1], last, series.pop(last)))
+            else:
+                for ts in sorted(t for t in series if t <= last):
+                    out.append((sk[0], sk[1], ts, series.pop(ts)))
             if not series:
                 del rows[sk]
             self.emitted[sk] = max(last, self.emitted.get(sk, -math.inf))

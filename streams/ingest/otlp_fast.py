@@ -132,18 +132,16 @@ class OtlpProtoBatch:
         counter = (w.met_kind[pm] == SUM) & w.met_mono[pm] & asm.map.rates
         if counter.any():
             self._rates(w, np.flatnonzero(counter), pm, res, times, vals, inverse, names_u, res_nj, idx, n)
-        vals_l: list[float | None] = vals.tolist()
-        for i in np.flatnonzero(np.isnan(vals)).tolist():  # a counter's first point or reset: missing
-            vals_l[i] = None
         # one sample per (resource, time): contiguous runs after a stable sort
         order = np.lexsort((times, res))
         rs, ts = res[order], times[order]
         cut = np.flatnonzero((rs[1:] != rs[:-1]) | (ts[1:] != ts[:-1])) + 1
         bounds = [0, *cut.tolist(), len(order)]
-        order_l = order.tolist()
-        inv_l = inverse.tolist()
-        names_s = [names_u[inv_l[i]] for i in order_l]
-        vals_s = [vals_l[i] for i in order_l]
+        names_s = np.array(names_u, dtype=object)[inverse[order]].tolist()
+        sorted_vals = vals[order]
+        vals_s: list[float | None] = sorted_vals.tolist()
+        for i in np.flatnonzero(np.isnan(sorted_vals)).tolist():  # a counter's first point or reset: missing
+            vals_s[i] = None
         ts_l, rs_l = ts.tolist(), rs.tolist()
         asm.points += len(idx)
         current = -1
