@@ -21,6 +21,10 @@ def decoder_for(asm: Assembler) -> Decoder:
         from perfsift.streams.ingest.otlp_fast import OtlpProtoBatch
 
         dec = otlp_decoder(asm, fmt)
+        if fmt == "otlp_json":  # dicts from orjson, not json_format's reflection
+            from perfsift.streams.ingest.otlp_json import OtlpJsonReader
+
+            return OtlpJsonReader(dec.walker)
         if fmt == "otlp_proto":  # a poll's messages at once: the runner calls dec.many
             dec.many = OtlpProtoBatch(asm, dec.walker)
         return dec

@@ -236,6 +236,12 @@ class OtlpDecoder:
         self.walker.walk(req)
 
 
+def otlp_json_reference(asm: Assembler) -> OtlpDecoder:
+    """``otlp_json`` read entirely by ``json_format`` and the generated classes (the reference the
+    dict reader of :mod:`.otlp_json` is tested against)."""
+    return OtlpDecoder(asm, "otlp_json")
+
+
 def otlp_decoder(asm: Assembler, fmt: str) -> OtlpDecoder:
     """The decoder of ``otlp_proto`` or ``otlp_json`` messages into ``asm``."""
     return OtlpDecoder(asm, fmt)

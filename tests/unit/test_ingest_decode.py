@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+import orjson
 import pytest
 from perfsift.streams.ingest import Assembler, IngestError, IngestSettings, decoder_for
 from perfsift.streams.ingest.otlp import bucket_quantile
@@ -201,3 +202,26 @@ def test_the_wire_reader_survives_damaged_messages() -> None:
             # takes a series' points of one poll in time order, the classes in arrival order
             gauges = sorted((k, v) for k, v in want[key].items() if k.startswith(("cpu.", "mem.")))
             assert repr(gauges) == repr(sorted((k, got[key][k]) for k, _ in gauges)), key
+
+
+def test_the_otlp_json_dict_reader_equals_json_format_and_refuses_whole_messages() -> None:
+    from perfsift.streams.ingest.otlp import otlp_json_reference
+
+    msgs, want = src.otlp_messages({"h0": "jobA", "h1": "jobB"}, "otlp_json")
+    fast = Assembler(IngestSettings("otlp_json", DEFAULT_MAPS["otlp_json"], 1.0))
+    ref = Assembler(IngestSettings("otlp_json", DEFAULT_MAPS["otlp_json"], 1.0))
+    read, reference = decoder_for(fast), otlp_json_reference(ref)
+    for v, _, _ in msgs:
+        read(v, None, 0.0)
+        reference(v, None, 0.0)
+    got = {(j, n, ts): m for j, n, ts, m in fast.due(0.0, everything=True)}
+    assert got == {(j, n, ts): m for j, n, ts, m in ref.due(0.0, everything=True)}
+    assert_samples(got, want)
+    host = {"key": "host.name", "value": {"stringValue": "h9"}}
+    good = {"name": "g", "gauge": {"dataPoints": [{"timeUnixNano": "5000000000", "asDouble": 1.0}]}}
+    bad = {"name": "x", "gauge": {"dataPoints": [{"timeUnixNano": "5000000000", "asDouble": "abc"}]}}
+    doc = {"resourceMetrics": [{"resource": {"attributes": [host]}, "scopeMetrics": [{"metrics": [good, bad]}]}]}
+    for broken in (b"[1, 2]", b"{", orjson.dumps(doc)):
+        with pytest.raises(IngestError, match="not an OTLP ExportMetricsServiceRequest"):
+            read(broken, None, 0.0)
+    assert fast.pending == 0  # the good gauge of the refused message was not used
