@@ -213,7 +213,7 @@ def _parse_stage(source: str, name: str, st: object) -> StageConfig:
         raise _err(source, where, "a stage needs 'input' (a topic), 'operators' and, for samples, 'outputs'")
     unknown = set(st) - {"input", "outputs", "operators", "emit", "ingest"}
     if unknown:
-        raise _err(source, where, f"unknown keys {sorted(unknown)}; a stage has input, operators, outputs")
+        raise _err(source, where, f"unknown keys {sorted(unknown)}; a stage has input, operators, outputs, ingest")
     ops = tuple(
         _parse_operator(source, f"{where}.operators[{i}]", item) for i, item in enumerate(st.get("operators") or [])
     )
