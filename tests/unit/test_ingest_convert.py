@@ -30,7 +30,7 @@ def check(got: dict, want: dict) -> None:
                 assert g == pytest.approx(v, rel=1e-9), (key, name)
 
 
-@pytest.mark.parametrize("fmt, suffix", [("otlp_json", "jsonl"), ("otlp_proto", "csv")])
+@pytest.mark.parametrize("fmt, suffix", [("otlp_json", "jsonl"), ("otlp_proto", "csv"), ("otlp_json", "sddf")])
 def test_collector_file_exports_convert_to_traces(tmp_path: Path, fmt: str, suffix: str) -> None:
     reqs, want = src.otlp_requests({"h0": "jobA", "h1": "jobB"})
     export = tmp_path / f"metrics.{fmt}"
