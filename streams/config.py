@@ -23,6 +23,7 @@ from typing import Any
 import yaml
 from perfsift.operators import OPERATORS, Decider, Operator, Router
 from perfsift.schemas.registry import registry_settings
+from perfsift.streams.ingest.settings import IngestConfigError, IngestSettings, parse_ingest
 from perfsift.streams.knowledge import clean_params
 from perfsift.streams.limits import Limits
 from perfsift.streams.topics import DEFAULT_TOPIC, TOPICS, kind_of
@@ -66,6 +67,8 @@ class StageConfig:
     input: str
     outputs: tuple[str, ...]
     operators: tuple[OperatorSpec, ...]
+    #: an ingest stage's input format and mapping (long records in; streams/ingest)
+    ingest: IngestSettings | None = None
 
     def build_chain(self) -> list[Operator]:
         return [spec.build() for spec in self.operators]
@@ -221,9 +224,9 @@ def _parse_stage(source: str, name: str, st: object) -> StageConfig:
     where = f"stages.{name}"
     if not isinstance(st, Mapping) or "input" not in st:
         raise _err(source, where, "a stage needs 'input' (a topic), 'operators' and, for samples, 'outputs'")
-    unknown = set(st) - {"input", "outputs", "operators", "emit"}
+    unknown = set(st) - {"input", "outputs", "operators", "emit", "ingest"}
     if unknown:
-        raise _err(source, where, f"unknown keys {sorted(unknown)}; a stage has input, operators, outputs")
+        raise _err(source, where, f"unknown keys {sorted(unknown)}; a stage has input, operators, outputs, ingest")
     ops = tuple(
         _parse_operator(source, f"{where}.operators[{i}]", item) for i, item in enumerate(st.get("operators") or [])
     )
@@ -237,14 +240,18 @@ def _parse_stage(source: str, name: str, st: object) -> StageConfig:
             "the last operator's output goes to the stage's outputs; list those topics there",
         )
     last = OPERATORS[ops[-1].type] if ops else None
-    outputs = st.get("outputs")
+    outputs = st.get("outputs", ["perf.raw"] if "ingest" in st and not ops else None)
     if outputs is None and last is not None and issubclass(last, Decider):
         outputs = [DEFAULT_TOPIC[last.output]]
     elif outputs is None and last is not None and issubclass(last, Router):
         outputs = [DEFAULT_TOPIC[kind] for kind in last.outputs]
     if isinstance(outputs, str) or not isinstance(outputs, list) or not outputs:
         raise _err(source, where, "'outputs' must be a non-empty list of topics")
-    stage = StageConfig(name, str(st["input"]), tuple(map(str, outputs)), ops)
+    try:
+        ingest = parse_ingest(source, f"{where}.ingest", st["ingest"]) if "ingest" in st else None
+    except IngestConfigError as exc:
+        raise ConfigError(str(exc)) from None
+    stage = StageConfig(name, str(st["input"]), tuple(map(str, outputs)), ops, ingest)
     if "emit" in st:  # optional: older files state what the last operator's role says
         said = _EMIT_ALIASES.get(str(st["emit"]), str(st["emit"]))
         role = stage.role

@@ -23,6 +23,7 @@ from perfsift.schemas.detect import decode_any
 from perfsift.streams.analyze import FILES
 from perfsift.streams.clients import read_topic_to_end
 from perfsift.streams.config import PipelineConfig
+from perfsift.streams.ingest.stage import stage_runner
 from perfsift.streams.procs import StageProcess
 from perfsift.streams.publish import publish_samples
 from perfsift.streams.replay import replay
@@ -48,7 +49,7 @@ def start_stages(
                 p.join(60)
 
         return procs, join_procs
-    runners = [StageRunner(st, cfg, props, embedded=embedded) for st in cfg.stages.values()]
+    runners = [stage_runner(st, cfg, props, embedded=embedded) for st in cfg.stages.values()]
     threads = [run_in_thread(r, on_error=failures.append) for r in runners]
 
     def join_threads() -> None:

@@ -23,6 +23,7 @@ from typing import Any
 import yaml
 from perfsift.operators.registry import OPERATORS
 from perfsift.streams.config import _SCALARS, ENCODINGS, GUARANTEES, PipelineConfig
+from perfsift.streams.ingest.settings import FORMATS
 from perfsift.streams.limits import Limits
 
 from perfsift import __version__
@@ -116,6 +117,17 @@ def pipeline_schema() -> dict[str, Any]:
             "outputs": {"type": "array", "items": {"type": "string"}, "minItems": 1},
             "operators": {"type": "array", "items": {"$ref": "#/$defs/operator"}},
             "emit": {"type": "string"},
+            "ingest": {
+                "type": "object",
+                "description": "long records in (perfsift ingest): the input format, the naming map, the lateness",
+                "required": ["format"],
+                "properties": {
+                    "format": {"enum": list(FORMATS)},
+                    "map": {"type": ["string", "object"], "description": "a --map file or the mapping itself"},
+                    "max_delay": {"type": "number", "minimum": 0, "default": 5.0},
+                },
+                "additionalProperties": False,
+            },
         },
         "additionalProperties": False,
     }

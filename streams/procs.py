@@ -18,8 +18,9 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from perfsift.streams.config import PipelineConfig, StageConfig
+from perfsift.streams.ingest.stage import stage_runner
 from perfsift.streams.logs import LogFormat, LogLevel, current_logging, setup_logging
-from perfsift.streams.runner import StageRunner, run_in_thread
+from perfsift.streams.runner import run_in_thread
 from perfsift.streams.stage import StageStats
 
 REPORT_S = 0.1  # how often a child sends its counters
@@ -38,7 +39,7 @@ def _child(
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     setup_logging(*logs)  # a spawned interpreter starts with none: log as the parent does
     failures: list[BaseException] = []
-    runner = StageRunner(cfg.stage(name), cfg, props, embedded=embedded)
+    runner = stage_runner(cfg.stage(name), cfg, props, embedded=embedded)
     thread = run_in_thread(runner, on_error=failures.append)
 
     def report() -> None:

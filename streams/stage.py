@@ -43,7 +43,7 @@ class StageError(RuntimeError):
 #: upper bounds (seconds) of the batch-duration histogram's buckets
 BATCH_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 #: why a record went to the dead-letter topic: the bounded set of the ``reason`` label
-DEAD_LETTER_REASONS = ("malformed", "operator_failed", *LIMIT_REASONS)
+DEAD_LETTER_REASONS = ("malformed", "operator_failed", *LIMIT_REASONS, "unmapped", "late")
 
 
 @dataclass

@@ -1,7 +1,8 @@
 """The ``perfsift`` command line: the typer app, its global options, and every command group.
 
 One module per group: :mod:`~perfsift.streams.cli.kafka` (broker, topics, produce, tail),
-:mod:`~perfsift.streams.cli.pipeline` (worker, run), :mod:`~perfsift.streams.cli.producers`
+:mod:`~perfsift.streams.cli.pipeline` (worker, run), :mod:`~perfsift.streams.cli.ingest` (ingest, convert),
+:mod:`~perfsift.streams.cli.producers`
 (replay, sample, synth), :mod:`~perfsift.streams.cli.clean` (clean, quality, kb),
 :mod:`~perfsift.streams.cli.analyze` (analyze, report), :mod:`~perfsift.streams.cli.contract`
 (contract derive|check), :mod:`~perfsift.streams.cli.select` (select-metrics, forecast),
@@ -23,6 +24,7 @@ from perfsift.streams.cli.analyze import analyze_command, report_command
 from perfsift.streams.cli.clean import clean_command, kb_app, quality_command
 from perfsift.streams.cli.contract import contract_app
 from perfsift.streams.cli.explain import explain_command
+from perfsift.streams.cli.ingest import convert_command, ingest
 from perfsift.streams.cli.kafka import broker, produce, tail, topics
 from perfsift.streams.cli.model import balance_command, predict_command
 from perfsift.streams.cli.pipeline import run, validate, worker
@@ -86,6 +88,8 @@ COMMANDS: dict[str, Callable[..., None]] = {
     "produce": produce,
     "worker": worker,
     "tail": tail,
+    "ingest": ingest,
+    "convert": convert_command,
     "run": run,
     "validate": validate,
     "forecast": forecast,

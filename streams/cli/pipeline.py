@@ -29,10 +29,10 @@ from perfsift.streams.cli.ui import (
 from perfsift.streams.clients import create_pipeline_topics, kafka_properties, parse_props
 from perfsift.streams.config import ConfigError, load_pipeline, parse_settings, with_options
 from perfsift.streams.http import HealthServer
+from perfsift.streams.ingest.stage import stage_runner
 from perfsift.streams.live import LiveReport
 from perfsift.streams.local import DEFAULT_REPORT, LocalRun
 from perfsift.streams.logs import LogFormat, current_logging
-from perfsift.streams.runner import StageRunner
 from perfsift.streams.stage import StageError
 from rich.live import Live
 from rich.markup import escape
@@ -67,7 +67,7 @@ def worker(
     if not bootstrap:
         raise fail("worker needs --bootstrap (or PERFSIFT_BOOTSTRAP); `perfsift run` runs everything embedded")
     props = kafka_properties(bootstrap, parse_props(kafka_prop), file=cfg.kafka)
-    runner = StageRunner(st, cfg, props)
+    runner = stage_runner(st, cfg, props)
     try:  # bound before Kafka is asked anything: a local mistake fails at once
         health = HealthServer(runner, http_port, http_host) if http_port else None
     except OSError as exc:
@@ -138,7 +138,8 @@ def validate(
     names, _ = cfg.topics()
     out.print(f"{pipeline}: ok - {len(cfg.stages)} stages ({', '.join(cfg.stages) or 'none'}), {len(names)} topics")
     for st in cfg.stages.values():
-        ops = " -> ".join(op.type for op in st.operators) or "(passes samples)"
+        steps = ([f"ingest {st.ingest.format}"] if st.ingest else []) + [op.type for op in st.operators]
+        ops = " -> ".join(steps) or "(passes samples)"
         out.print(f"  {st.name}: {cfg.topic(st.input)} -> {ops} -> {', '.join(cfg.topic(o) for o in st.written)}")
 
 

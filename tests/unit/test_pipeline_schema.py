@@ -122,3 +122,15 @@ def test_the_output_settings_the_loader_takes_fit_the_schema(tmp_path: Path, otl
         assert load_pipeline(p, env={}).encoding == encoding
     bad = write(tmp_path, "encoding: protobuf\n")
     assert any("encoding" in e for e in schema_errors(bad))
+
+
+def test_an_ingest_stage_fits_the_schema(tmp_path: Path) -> None:
+    p = write(
+        tmp_path,
+        "stages:\n  in:\n    input: otel.metrics\n    ingest: {format: otlp_proto, max_delay: 2}\n"
+        "  s:\n    input: perf.raw\n    outputs: [perf.smoothed]\n    operators: [{type: ewma}]\n",
+    )
+    assert schema_errors(p) == []
+    assert load_pipeline(p, env={}).stage("in").ingest is not None
+    bad = write(tmp_path, "stages:\n  in:\n    input: x\n    ingest: {format: otlp_protobuf}\n")
+    assert any("did you mean 'otlp_proto'" in e for e in schema_errors(bad))
