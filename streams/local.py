@@ -19,11 +19,12 @@ import orjson
 from perfsift.producers import number_samples
 from perfsift.producers.traces import iter_samples
 from perfsift.schemas import RecordError
+from perfsift.streams.adaptive import replay_adaptive
 from perfsift.streams.analyze import FILES
 from perfsift.streams.clients import read_topic_to_end
 from perfsift.streams.config import PipelineConfig
 from perfsift.streams.procs import StageProcess
-from perfsift.streams.publish import publish_samples
+from perfsift.streams.publish import PublishStats, publish_samples
 from perfsift.streams.replay import replay
 from perfsift.streams.report import build_report
 from perfsift.streams.runner import StageRunner, run_in_thread, wait_assigned
@@ -90,6 +91,7 @@ class LocalRun:
         self.failures: list[BaseException] = []
         self.runners, self._join = start_stages(cfg, props, embedded, processes, self.failures)
         self.published = 0
+        self.publish_stats: PublishStats | None = None  # set by an adaptive replay
         self.errors: list[RecordError] = []
         self.started = time.monotonic()
         self._expected = expected_inputs(cfg, self.runners, 0)
@@ -99,12 +101,20 @@ class LocalRun:
         first stages would meet a backlog and later ones see nodes in bursts, partition by partition."""
         wait_assigned(self.runners, abort=lambda: bool(self.failures) or any(failed(r) for r in self.runners))
 
-    def publish(self, trace: Path | None, speed: float | None, stop: threading.Event, console: Console) -> None:
+    def publish(
+        self, trace: Path | None, speed: float | None, stop: threading.Event, console: Console, adaptive: bool = False
+    ) -> None:
         """Start the clock and replay ``trace`` into perf.raw: paced at ``speed`` trace seconds per
-        second, or as fast as possible; with no trace nothing is published (live input)."""
+        second, or as fast as possible; with no trace nothing is published (live input). With
+        ``adaptive``, paced and following perf.control (:func:`~perfsift.streams.adaptive.replay_adaptive`)."""
         self.started = time.monotonic()
         raw = self.cfg.topic("perf.raw")
-        if trace is not None and speed:  # paced: event time advances evenly over the nodes, as from live producers
+        if trace is not None and adaptive:
+            self.publish_stats = replay_adaptive(
+                self.props, raw, self.cfg.topic("perf.control"), trace, speed, stop, console
+            )
+            self.published, self.errors = self.publish_stats.published, self.publish_stats.errors
+        elif trace is not None and speed:  # paced: event time advances evenly over the nodes, as from live producers
             rstats = replay(self.props, raw, trace, speed=speed, console=console, stop=stop)
             self.published, self.errors = rstats.published, rstats.errors
         elif trace is not None:
@@ -148,6 +158,7 @@ class LocalRun:
             "guarantee": self.runners[0].guarantee if self.runners else None,
             "stages": [r.stats.as_dict() for r in self.runners],
             "jobs": jobs,
+            **({"adaptive": self.publish_stats.as_dict()} if self.publish_stats else {}),
         }
 
     def write_outputs(self, folder: Path) -> None:

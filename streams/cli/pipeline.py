@@ -165,6 +165,14 @@ def run(
         str | None,
         typer.Option("--perf-metric", help="Application performance metric: data reduction joins the selection."),
     ] = None,
+    adaptive: Annotated[
+        bool,
+        typer.Option(
+            "--adaptive",
+            help="Close the loop: the replay follows the select stage's perf.control and sends only the kept "
+            "metrics to perf.raw (paced: --speed, default 20).",
+        ),
+    ] = False,
     follow: Annotated[
         bool,
         typer.Option(
@@ -194,7 +202,7 @@ def run(
             local = LocalRun(cfg, props, embedded is not None, processes)
             with console.status("waiting for the stages to join their consumer groups"):
                 local.wait_assigned()
-            local.publish(trace_path, speed, stop, console)
+            local.publish(trace_path, speed, stop, console, adaptive)
             if trace_path is None:
                 console.print(
                     f"following {cfg.topic('perf.raw')} on {bs}; publish samples there, e.g. "
@@ -204,6 +212,11 @@ def run(
             if local.failures:
                 raise fail(f"a stage failed: {local.failures[0]}", 1)
             _print_summary(local, elapsed, caption, follow)
+            if local.publish_stats is not None:  # --adaptive
+                p = local.publish_stats
+                out.print(
+                    f"adaptive: {p.bytes_sent:,} bytes sent to perf.raw of {p.bytes_full:,} ({p.reduced:,} reduced)"
+                )
             if summary_json:
                 summary_json.write_bytes(orjson.dumps(local.summary(elapsed, jobs), option=orjson.OPT_INDENT_2))
             if report is None and embedded is not None:

@@ -1,0 +1,124 @@
+"""The closed adaptive-instrumentation loop on one machine (``perfsift run --adaptive``): the
+replaying producer follows the ``perf.control`` records that the pipeline's own select stage
+publishes, so the bytes on ``perf.raw`` itself fall once a selection is in force; and the
+accounting that shows it, period by period: the bytes stored on ``perf.raw``, what the full
+samples would have cost, and what the control records predict.
+
+The prediction applies each control record's rule (the ``keep`` list, every ``full_every``-th
+sample of a node whole) to the trace's samples from the record's event time ``ts`` on - the rule
+as :class:`~perfsift.streams.replay.AdaptiveControl` applies it, without the delay of the loop
+(the record has to reach the producer, which keeps sending full samples meanwhile).
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+from perfsift.streams.publish import PublishStats
+from perfsift.streams.replay import AdaptiveControl, replay, replay_samples
+from rich.console import Console
+
+#: trace seconds per wall second of ``perfsift run --adaptive`` without ``--speed``: the loop needs
+#: paced input (at full speed the whole trace is out before the first period closes)
+ADAPTIVE_SPEED = 20.0
+
+
+def replay_adaptive(
+    props: dict[str, str],
+    raw_topic: str,
+    control_topic: str,
+    trace: Path,
+    speed: float | None,
+    stop: threading.Event | None = None,
+    console: Console | None = None,
+) -> PublishStats:
+    """Replay ``trace`` into ``raw_topic`` at ``speed`` (default :data:`ADAPTIVE_SPEED`) following
+    ``control_topic``: each sample goes out with only the metrics the newest control record of its
+    job keeps (every ``full_every``-th whole)."""
+    control = AdaptiveControl(props, control_topic)
+    try:
+        control.wait_ready()
+        return replay(
+            props, raw_topic, trace, speed=speed or ADAPTIVE_SPEED, adaptive=control, console=console, stop=stop
+        )
+    finally:
+        control.close()
+
+
+def _rule_at(controls: list[dict[str, Any]], job: str, ts: float) -> dict[str, Any] | None:
+    rule = None
+    for c in controls:  # sorted by (ts, version)
+        if c["job"] == job and c["ts"] <= ts:
+            rule = c
+    return rule
+
+
+def loop_bytes(
+    trace: Path, raw_values: list[bytes], controls: list[dict[str, Any]], period: float
+) -> list[dict[str, Any]]:
+    """Per ``period`` seconds of event time: ``stored`` (bytes of the ``raw_values`` read back
+    from perf.raw, e.g. by :func:`~perfsift.streams.clients.read_topic_to_end`), ``full`` (the
+    trace's samples as replay sends them whole), ``predicted`` (the samples as the control rules
+    in force at their event time make them) and the shares ``stored / full`` and
+    ``predicted / full``; ``kept`` is the rule's kept metrics (None before the first)."""
+    controls = sorted(controls, key=lambda c: (c["ts"], c["version"]))
+    counters: dict[tuple[str, str], int] = {}
+    rows: dict[int, dict[str, Any]] = {}
+
+    def row(ts: float) -> dict[str, Any]:
+        k = int(np.floor(ts / period))
+        return rows.setdefault(k, {"start": k * period, "stored": 0, "full": 0, "predicted": 0, "kept": None})
+
+    for s in replay_samples(trace):
+        full = len(orjson.dumps(s))
+        r = row(s["ts"])
+        r["full"] += full
+        rule = _rule_at(controls, s["job"], s["ts"])
+        if rule is None:
+            r["predicted"] += full
+            continue
+        key = (s["job"], s["node"])
+        n = counters.get(key, 0)
+        counters[key] = n + 1
+        keep = set(rule["keep"])
+        r["kept"] = sorted(keep)
+        if n % max(int(rule["full_every"]), 1) == 0:
+            r["predicted"] += full
+        else:
+            r["predicted"] += len(orjson.dumps({**s, "metrics": {m: v for m, v in s["metrics"].items() if m in keep}}))
+    for v in raw_values:
+        row(float(orjson.loads(v)["ts"]))["stored"] += len(v)
+    out = [rows[k] for k in sorted(rows)]
+    for r in out:
+        r["stored_share"] = r["stored"] / r["full"] if r["full"] else None
+        r["predicted_share"] = r["predicted"] / r["full"] if r["full"] else None
+    return out
+
+
+def plot_loop(rows: list[dict[str, Any]], path: Path, title: str) -> Path:
+    """Bytes per period on perf.raw over time: stored, full and predicted by the selection."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    t0 = rows[0]["start"]
+    x = [(r["start"] - t0) for r in rows]
+    fig, ax = plt.subplots(figsize=(8, 3.6))
+    ax.step(x, [r["full"] / 1e3 for r in rows], where="post", label="full samples (without the loop)", color="0.6")
+    ax.step(x, [r["predicted"] / 1e3 for r in rows], where="post", label="predicted by the selection", ls="--")
+    ax.step(x, [r["stored"] / 1e3 for r in rows], where="post", label="stored on perf.raw", lw=2)
+    ax.set_xlabel("event time (s)")
+    ax.set_ylabel("kB per period")
+    ax.set_title(title)
+    ax.set_ylim(bottom=0)
+    ax.legend(loc="lower left", fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
