@@ -13,18 +13,50 @@ as :class:`~perfsift.streams.replay.AdaptiveControl` applies it, without the del
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import orjson
-from perfsift.streams.publish import PublishStats
+from perfsift.streams.publish import PublishStats, SamplePublisher
 from perfsift.streams.replay import AdaptiveControl, replay, replay_samples
 from rich.console import Console
 
 #: trace seconds per wall second of ``perfsift run --adaptive`` without ``--speed``: the loop needs
 #: paced input (at full speed the whole trace is out before the first period closes)
 ADAPTIVE_SPEED = 20.0
+
+
+class HostLoop:
+    """This machine sampled every ``interval`` seconds (:class:`~perfsift.producers.sampler.HostSampler`,
+    job ``job``) into ``raw_topic`` in a background thread, through the same control follower as
+    the replay: once the select stage has a selection for the job, its samples shrink too."""
+
+    def __init__(
+        self, props: dict[str, str], raw_topic: str, control: AdaptiveControl, interval: float, job: str = "host"
+    ) -> None:
+        from perfsift.producers.sampler import HostSampler
+
+        self.sampler = HostSampler(job=job, perf=False)
+        self.publisher = SamplePublisher(props, raw_topic, control)
+        self.interval = interval
+        self.stop_event = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="perfsift-host-sampler", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        nxt = time.monotonic() + self.interval
+        while not self.stop_event.wait(max(nxt - time.monotonic(), 0.0)):
+            nxt += self.interval
+            self.publisher.send(self.sampler.sample())
+
+    def close(self) -> PublishStats:
+        self.stop_event.set()
+        self.thread.join(10)
+        self.publisher.flush()
+        self.sampler.close()
+        return self.publisher.stats
 
 
 def replay_adaptive(
@@ -35,17 +67,25 @@ def replay_adaptive(
     speed: float | None,
     stop: threading.Event | None = None,
     console: Console | None = None,
-) -> PublishStats:
+    sample_host: float | None = None,
+) -> tuple[PublishStats, PublishStats | None]:
     """Replay ``trace`` into ``raw_topic`` at ``speed`` (default :data:`ADAPTIVE_SPEED`) following
     ``control_topic``: each sample goes out with only the metrics the newest control record of its
-    job keeps (every ``full_every``-th whole)."""
+    job keeps (every ``full_every``-th whole). With ``sample_host`` (seconds), this machine is
+    sampled into ``raw_topic`` too while the replay runs (job ``host``), following the same
+    records (:class:`HostLoop`). Returns the replay's and the sampler's publishing stats."""
     control = AdaptiveControl(props, control_topic)
+    host = None
     try:
         control.wait_ready()
-        return replay(
+        host = HostLoop(props, raw_topic, control, sample_host) if sample_host else None
+        stats = replay(
             props, raw_topic, trace, speed=speed or ADAPTIVE_SPEED, adaptive=control, console=console, stop=stop
         )
+        return stats, host.close() if host is not None else None
     finally:
+        if host is not None:
+            host.stop_event.set()
         control.close()
 
 

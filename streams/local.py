@@ -92,6 +92,7 @@ class LocalRun:
         self.runners, self._join = start_stages(cfg, props, embedded, processes, self.failures)
         self.published = 0
         self.publish_stats: PublishStats | None = None  # set by an adaptive replay
+        self.host_stats: PublishStats | None = None  # and by its host sampler
         self.errors: list[RecordError] = []
         self.started = time.monotonic()
         self._expected = expected_inputs(cfg, self.runners, 0)
@@ -102,18 +103,27 @@ class LocalRun:
         wait_assigned(self.runners, abort=lambda: bool(self.failures) or any(failed(r) for r in self.runners))
 
     def publish(
-        self, trace: Path | None, speed: float | None, stop: threading.Event, console: Console, adaptive: bool = False
+        self,
+        trace: Path | None,
+        speed: float | None,
+        stop: threading.Event,
+        console: Console,
+        adaptive: bool = False,
+        sample_host: float | None = None,
     ) -> None:
         """Start the clock and replay ``trace`` into perf.raw: paced at ``speed`` trace seconds per
         second, or as fast as possible; with no trace nothing is published (live input). With
-        ``adaptive``, paced and following perf.control (:func:`~perfsift.streams.adaptive.replay_adaptive`)."""
+        ``adaptive``, paced and following perf.control, and with ``sample_host`` this machine
+        sampled alongside (:func:`~perfsift.streams.adaptive.replay_adaptive`)."""
         self.started = time.monotonic()
         raw = self.cfg.topic("perf.raw")
         if trace is not None and adaptive:
-            self.publish_stats = replay_adaptive(
-                self.props, raw, self.cfg.topic("perf.control"), trace, speed, stop, console
+            control = self.cfg.topic("perf.control")
+            self.publish_stats, self.host_stats = replay_adaptive(
+                self.props, raw, control, trace, speed, stop, console, sample_host
             )
             self.published, self.errors = self.publish_stats.published, self.publish_stats.errors
+            self.published += self.host_stats.published if self.host_stats is not None else 0
         elif trace is not None and speed:  # paced: event time advances evenly over the nodes, as from live producers
             rstats = replay(self.props, raw, trace, speed=speed, console=console, stop=stop)
             self.published, self.errors = rstats.published, rstats.errors
@@ -159,6 +169,7 @@ class LocalRun:
             "stages": [r.stats.as_dict() for r in self.runners],
             "jobs": jobs,
             **({"adaptive": self.publish_stats.as_dict()} if self.publish_stats else {}),
+            **({"host_sampler": self.host_stats.as_dict()} if self.host_stats else {}),
         }
 
     def write_outputs(self, folder: Path) -> None:

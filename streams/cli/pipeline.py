@@ -173,6 +173,14 @@ def run(
             "metrics to perf.raw (paced: --speed, default 20).",
         ),
     ] = False,
+    sample_host: Annotated[
+        float | None,
+        typer.Option(
+            "--sample-host",
+            help="With --adaptive: also sample this machine every SECONDS into perf.raw (job host) while the trace "
+            "replays, following perf.control too (its selection needs data reduction: --perf-metric).",
+        ),
+    ] = None,
     follow: Annotated[
         bool,
         typer.Option(
@@ -190,6 +198,8 @@ def run(
     producers publish to perf.raw, until Ctrl-C or SIGTERM. Ends with a summary and, on the
     embedded broker, a report folder (./perfsift-report: the outputs and report.html).
     """
+    if sample_host is not None and not adaptive:
+        raise fail("--sample-host needs --adaptive (the sampler follows perf.control alongside the replay)")
     cfg = with_options(pipeline_from_flags(config, settings), perf_metric, contract)
     trace_path = trace or (None if follow else demo_trace_path())
     stop = threading.Event()
@@ -202,7 +212,7 @@ def run(
             local = LocalRun(cfg, props, embedded is not None, processes)
             with console.status("waiting for the stages to join their consumer groups"):
                 local.wait_assigned()
-            local.publish(trace_path, speed, stop, console, adaptive)
+            local.publish(trace_path, speed, stop, console, adaptive, sample_host)
             if trace_path is None:
                 console.print(
                     f"following {cfg.topic('perf.raw')} on {bs}; publish samples there, e.g. "

@@ -45,3 +45,37 @@ def test_run_adaptive_shrinks_perf_raw_by_the_predicted_share(kafka: dict, prefi
     assert stored < 0.6 * full  # the loop really reduced the raw stream
     assert s["adaptive"]["bytes_sent"] == sum(len(v) for v in raw)
     assert "adaptive:" in r.stdout
+
+
+def test_the_host_sampler_follows_the_selection_of_its_own_samples(kafka: dict, prefix: str, tmp_path: Path) -> None:
+    """``--sample-host``: this machine sampled into perf.raw (job ``host``) while the demo
+    replays; the select stage's data reduction (response ``cpu_idle``, a short window so a
+    selection comes within seconds) selects among the host's own metrics, and the sampler, following
+    perf.control, then sends only those."""
+    config = setup(kafka, prefix, tmp_path)
+    text = config.read_text().replace(
+        "        policy: union",
+        "        reduction: {perf_metric: cpu_idle, interval: 0.5, window: 40, blocks: 4}\n        policy: union",
+    )
+    config.write_text(text)
+    summary = tmp_path / "s.json"
+    bs = kafka["bootstrap.servers"]
+    r = perfsift("run", "-b", bs, "-c", str(config), "--adaptive", "--speed", "40", "--sample-host", "0.5",
+                 "--threads", "--no-report", "--summary-json", str(summary), timeout=120)  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    s = json.loads(summary.read_text())
+    controls = [orjson.loads(v) for v in read_topic_to_end(kafka, f"{prefix}perf.control")]
+    host_rules = [c for c in controls if c["job"] == "host"]
+    assert host_rules, controls[:3]  # the stage's own records for the sampler's job
+    kept_ever = {m for c in host_rules for m in c["keep"]}
+    host = [orjson.loads(v) for v in read_topic_to_end(kafka, f"{prefix}perf.raw")]
+    host = sorted((h for h in host if h["job"] == "host"), key=lambda h: h["seq"])
+    assert len(host) == s["host_sampler"]["published"] >= 20
+    full = len(host[0]["metrics"])
+    assert full >= 10
+    reduced = [h for h in host if len(h["metrics"]) < full]
+    assert len(reduced) >= 3 and s["host_sampler"]["reduced_samples"] == len(reduced)
+    assert all(h["metrics"] and set(h["metrics"]) <= kept_ever for h in reduced)  # never empty
+    first = host.index(reduced[0])
+    assert all(len(h["metrics"]) == full for h in host[:first])  # whole until the first rule arrived
+    assert s["host_sampler"]["bytes_sent"] < s["host_sampler"]["bytes_full"]
