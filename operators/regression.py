@@ -6,6 +6,7 @@ selection refitted on other data.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -300,3 +301,23 @@ def expand_predictors(
     cols = [smoothed[slot + lags - k] for k in range(lags + 1)]
     out_names = [*names, *(f"{n}{LAG}{k}" for k in range(1, lags + 1) for n in names)]
     return np.concatenate(cols, axis=1), out_names
+
+
+def expand_row(recent: dict[int, dict[str, float]], bucket: int, lags: int, smooth: int) -> dict[str, float]:
+    """One bucket's features as :func:`expand_predictors` makes them, for a stream: ``recent``
+    holds the bucket means of the last ``lags + smooth`` buckets (``bucket`` included); each
+    feature is its mean over the buckets ``bucket − smooth + 1 .. bucket`` that have it, and
+    ``name@t-k`` the same ``k`` buckets earlier.
+
+    >>> rows = {1: {"a": 0.0}, 2: {"a": 1.0}, 3: {"a": 2.0}}
+    >>> expand_row(rows, 3, lags=1, smooth=2)
+    {'a': 1.5, 'a@t-1': 0.5}
+    """
+    out: dict[str, float] = {}
+    for k in range(lags + 1):
+        window = [recent[j] for j in range(bucket - k - smooth + 1, bucket - k + 1) if j in recent]
+        for n in dict.fromkeys(n for w in window for n in w):
+            vals = [w[n] for w in window if n in w and not math.isnan(w[n])]
+            if vals:
+                out[n if k == 0 else f"{n}{LAG}{k}"] = math.fsum(vals) / len(vals)
+    return out

@@ -8,8 +8,9 @@ from pathlib import Path
 import numpy as np
 import orjson
 import pytest
-from perfsift.operators.regression import SQUARE, expand_predictors, rand_subsets, refit
-from perfsift.operators.selection import reduce_metrics
+from perfsift.operators.regression import SQUARE, expand_predictors, expand_row, rand_subsets, refit
+from perfsift.operators.selection import DataReduction, reduce_metrics
+from perfsift.schemas import samples_to_batch
 from perfsift.streams.cli.select import _table_of
 
 
@@ -97,3 +98,49 @@ def test_select_metrics_honours_lags_and_smooth(tmp_path: Path) -> None:
     np.testing.assert_allclose(xs[10, 0], x0[8:11, 0].mean())
     res = reduce_metrics(x1, y1, n1)
     assert res["selected"] == ["srv/load@t-1"]
+
+
+def test_the_streaming_rows_are_the_offline_ones() -> None:
+    """expand_row (one bucket at a time, as DataReduction sees them) equals expand_predictors on
+    the whole table, gaps included."""
+    rng = np.random.default_rng(7)
+    buckets = np.array([0, 1, 2, 4, 5, 6, 7, 9, 10, 11])
+    x = rng.normal(size=(len(buckets), 2))
+    x[3, 1] = np.nan
+    table, names = expand_predictors(x, ["a", "b"], lags=2, smooth=3, buckets=buckets)
+    recent: dict[int, dict[str, float]] = {}
+    for i, b in enumerate(buckets.tolist()):
+        recent = {k: r for k, r in recent.items() if k > b - 5} | {b: {"a": x[i, 0], "b": x[i, 1]}}
+        row = expand_row(recent, b, lags=2, smooth=3)
+        want = {n: v for n, v in zip(names, table[i], strict=True) if not np.isnan(v)}
+        assert row.keys() == want.keys()
+        np.testing.assert_allclose([row[n] for n in want], list(want.values()), rtol=1e-12)
+
+
+def test_the_streaming_operator_honours_lags() -> None:
+    """DataReduction(lags=1): a response that follows ``load`` one bucket later is explained by
+    ``srv/load@t-1``, whatever the batching; without lags it is not."""
+    rng = np.random.default_rng(8)
+    n = 400
+    load, other = rng.normal(size=n), rng.normal(size=n)
+    perf = np.r_[0.0, 2 * load[:-1]] + 0.2 * rng.normal(size=n)
+    samples = []
+    for t in range(n):
+        samples.append(
+            {"ts": float(t), "node": "srv", "job": "j", "metrics": {"load": float(load[t]), "other": float(other[t])}}
+        )
+        samples.append({"ts": float(t), "node": "app", "job": "j", "metrics": {"perf": float(perf[t])}})
+    batch = samples_to_batch(samples)
+
+    def records(op: DataReduction, pieces: int) -> list[dict]:
+        op.reset()
+        return [r for rows in np.array_split(np.arange(len(batch)), pieces) for r in op.update(batch.take(rows))]
+
+    lagged = records(DataReduction(perf_metric="perf", window=200, blocks=4, lags=1), 1)
+    assert lagged and lagged[-1]["selected"] == ["srv/load@t-1"] and lagged[-1]["r2_train"] > 0.9
+    again = records(DataReduction(perf_metric="perf", window=200, blocks=4, lags=1), 7)
+    assert [r["selected"] for r in again] == [r["selected"] for r in lagged]
+    plain = records(DataReduction(perf_metric="perf", window=200, blocks=4), 1)
+    assert all(r["r2_train"] is None or r["r2_train"] < 0.2 for r in plain)
+    with pytest.raises(ValueError):
+        DataReduction(smooth=0).reset()
