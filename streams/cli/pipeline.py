@@ -202,6 +202,8 @@ def run(
         raise fail("--sample-host needs --adaptive (the sampler follows perf.control alongside the replay)")
     cfg = with_options(pipeline_from_flags(config, settings), perf_metric, contract)
     trace_path = trace or (None if follow else demo_trace_path())
+    if adaptive and trace_path is None:
+        raise fail("--adaptive makes the replay follow perf.control: give --trace with --follow")
     stop = threading.Event()
     try:
         with bootstrap_or_embedded(bootstrap) as (bs, embedded), stop_on_signals(stop):
