@@ -382,6 +382,27 @@ def projection_pursuit(
     return PursuitResult(best_value, named, ranking, best_w, weights, loadings, rotated, diag, metrics=kept_names)
 
 
+def after_round(x: np.ndarray, names: list[str], cols: list[int], named: list[str], limit: float = 0.95) -> list[int]:
+    """The columns ``cols`` of ``x`` left for the next round of repeated PP (METHODS.md §1.7,
+    ``rank="sequential"``): without the ``named`` metrics and without every metric whose |r| with
+    one of them exceeds ``limit`` on the rows PP saw (a near-duplicate carries the same structure
+    and would be named again in the next round).
+
+    >>> rng = np.random.default_rng(0)
+    >>> a, b, c = rng.normal(size=(3, 50))
+    >>> after_round(np.stack([a, b, 2 * a + 0.01 * c, c], axis=1), ["a", "b", "a2", "c"], [0, 1, 2, 3], ["a"])
+    [1, 3]
+    """
+    gone = [j for j in cols if names[j] in named]
+    rest = [j for j in cols if names[j] not in named]
+    if not gone or not rest:
+        return rest
+    with np.errstate(all="ignore"):
+        r = np.corrcoef(x[:, gone + rest], rowvar=False)[: len(gone), len(gone) :]
+    close = (np.abs(np.nan_to_num(r)) > limit).any(axis=0)
+    return [j for j, c in zip(rest, close, strict=True) if not c]
+
+
 def flat_diagnostics(diag: dict[str, Any]) -> dict[str, Any]:
     """A result's diagnostics as a selection record's scalar map (lists become comma-separated
     strings; eigenvalues are summarised)."""

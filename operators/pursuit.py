@@ -12,6 +12,7 @@ import warnings
 from typing import Any
 
 import numpy as np
+from perfsift.operators import projection as pp
 from perfsift.operators.base import Decider
 from perfsift.operators.batch import Batch
 from perfsift.operators.deviants import node_deviants
@@ -73,8 +74,9 @@ class ProjectionPursuit(Decider):
     trim, trim_limit, cumulants, pp3_compat, restarts, optimizer, dims
         As in :func:`projection_pursuit`.
     rounds : int
-        Repeated PP: after each round the named metrics are removed and PP runs again on the rest,
-        so ``selected`` ranks ``dims · rounds`` metrics (scores stay those of the first round).
+        Repeated PP: after each round the named metrics and those with |r| > 0.95 to one of them
+        are removed and PP runs again on the rest, so ``selected`` ranks up to ``dims · rounds``
+        metrics (scores stay those of the first round).
     min_nodes : int
         Periods with fewer reporting nodes are skipped.
     slack : int
@@ -425,10 +427,8 @@ class ProjectionPursuit(Decider):
                 warm_start=st.weights if r == 0 and st.weights is not None else None,
                 warm_names=st.weight_names if r == 0 else None,
             )
-            out.append(res)
-            if res.skipped is not None:
-                break
-            cols = [j for j in cols if names[j] not in res.named]
+            out.append(res)  # next: without the named metrics and those with |r| > 0.95 to one of them
+            cols = [] if res.skipped is not None else pp.after_round(x, names, cols, res.named)
             if len(cols) < 2:
                 break
         return out

@@ -161,8 +161,9 @@ class Reduce(Router):
             return
         if rec["kind"] == "pursuit":
             st.pursuit = list(rec["selected"])
-        else:
-            st.reduction = list(rec["selected"])
+        else:  # data reduction selects node/metric features; the reduced stream and producers keep
+            # metric columns (a metric name never matched a feature name: the selection was lost)
+            st.reduction = sorted({f.split("/", 1)[-1] for f in rec["selected"]})
         parts = {
             "pursuit": [st.pursuit],
             "reduction": [st.reduction],

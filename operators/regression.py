@@ -6,11 +6,14 @@ selection refitted on other data.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
+from scipy.linalg import eigh, solve_triangular
 
 SQUARE = "^2"
+LAG = "@t-"
 
 
 @dataclass
@@ -59,7 +62,7 @@ def _drop_collinear(z: np.ndarray, tol: float = 1e-10) -> list[int]:
     chol = np.zeros((0, 0))
     for j in range(corr.shape[0]):
         if keep:
-            v = np.linalg.solve(chol, corr[keep, j])
+            v = solve_triangular(chol, corr[keep, j], lower=True, check_finite=False)
             resid = corr[j, j] - v @ v
         else:
             v, resid = np.zeros(0), corr[j, j]
@@ -168,6 +171,19 @@ def _columns(x: np.ndarray, names: list[str], terms: list[str], centers: dict[st
     return np.stack(cols, axis=1) if cols else np.empty((len(x), 0))
 
 
+def _least_squares(z: np.ndarray, yc: np.ndarray) -> np.ndarray:
+    """Minimum-norm least-squares coefficients of centred ``yc`` on centred, standardised ``z``,
+    from the eigen-decomposition of ``zᵀz`` (directions with eigenvalue below 1e-10 of the largest
+    dropped, so duplicated or collinear columns are fine). A p × p problem after one GEMM: RAND
+    refits 50 subsets of ~100 terms per table, and an n × p least-squares solver per subset
+    dominated the evaluation."""
+    if z.shape[1] == 0:
+        return np.zeros(0)
+    w, v = eigh(z.T @ z, check_finite=False, driver="evd")
+    keep = w > 1e-10 * max(float(w[-1]), 1e-300)
+    return v[:, keep] @ ((v[:, keep].T @ (z.T @ yc)) / w[keep])
+
+
 def adjusted(r2: float, n: int, p: int) -> float | None:
     """Adjusted R² ``1 − (1 − R²)(n − 1)/(n − p − 1)`` of ``p`` terms on ``n`` rows (None when n ≤ p + 1)."""
     return float(1 - (1 - r2) * (n - 1) / (n - p - 1)) if n - p - 1 > 0 else None
@@ -178,7 +194,7 @@ def refit(
     y: np.ndarray,
     names: list[str],
     terms: list[str],
-    centers: dict[str, float],
+    centers: dict[str, float] | None,
     x_new: np.ndarray | None = None,
     y_new: np.ndarray | None = None,
 ) -> tuple[float, float | None, int]:
@@ -186,7 +202,19 @@ def refit(
     selection on other traces; with ``x_new, y_new``, the R² of that fit's predictions of ``y_new``
     (out of sample: 1 − SSE/SST about ``y_new``'s own mean, may be negative; its adjusted value is
     None, there is nothing to adjust for). Rows with a missing value are skipped; NaN when there are
-    fewer than len(terms) + 2 rows."""
+    fewer than len(terms) + 2 rows.
+
+    ``centers=None`` centres each square on the mean of ``x`` itself, "the mean at fitting time"
+    of METHODS.md §2.2: a refit on another trace is a new fit, and a centre carried over from a
+    trace at another level turns (x − c)² into a mostly linear term there."""
+    if centers is None:
+        ix = {n: j for j, n in enumerate(names)}
+        with np.errstate(all="ignore"):
+            centers = {
+                t.removesuffix(SQUARE): float(np.nanmean(x[:, ix[t.removesuffix(SQUARE)]]))
+                for t in terms
+                if t.endswith(SQUARE) and t.removesuffix(SQUARE) in ix
+            }
     a = _columns(x, names, terms, centers)
     ok = ~np.isnan(y) & ~np.isnan(a).any(axis=1)
     a, yy = a[ok], y[ok]
@@ -194,35 +222,102 @@ def refit(
         return float("nan"), None, len(yy)
     mu, sd = a.mean(axis=0), a.std(axis=0)
     sd = np.where(sd > 0, sd, 1.0)  # squared counters reach 1e16: scale before solving
-    design_m = np.concatenate([np.ones((len(yy), 1)), (a - mu) / sd], axis=1)
-    beta, *_ = np.linalg.lstsq(design_m, yy, rcond=None)
+    z = (a - mu) / sd
+    y0 = float(yy.mean())
+    beta = _least_squares(z, yy - y0)
     if x_new is not None and y_new is not None:
         b = _columns(x_new, names, terms, centers)
         ok = ~np.isnan(y_new) & ~np.isnan(b).any(axis=1)
         b, yn = b[ok], y_new[ok]
         if len(yn) < 2:
             return float("nan"), None, len(yn)
-        resid = yn - np.concatenate([np.ones((len(yn), 1)), (b - mu) / sd], axis=1) @ beta
+        resid = yn - y0 - ((b - mu) / sd) @ beta
         sst = float(((yn - yn.mean()) ** 2).sum())
         return (float(1 - resid @ resid / sst) if sst > 0 else 0.0), None, len(yn)
-    resid = yy - design_m @ beta
+    resid = yy - y0 - z @ beta
     sst = float(((yy - yy.mean()) ** 2).sum())
     r2 = float(1 - resid @ resid / sst) if sst > 0 else 0.0
     return r2, adjusted(r2, len(yy), len(terms)), len(yy)
 
 
-def refit_r2(x: np.ndarray, y: np.ndarray, names: list[str], terms: list[str], centers: dict[str, float]) -> float:
+def refit_r2(
+    x: np.ndarray, y: np.ndarray, names: list[str], terms: list[str], centers: dict[str, float] | None
+) -> float:
     """R² of :func:`refit` (NaN when there are too few complete rows)."""
     return refit(x, y, names, terms, centers)[0]
 
 
 def rand_subsets(
-    live: list[str], k: int, quadratic: bool, subsets: int, rng: np.random.Generator
+    live: list[str], terms: list[str], subsets: int, rng: np.random.Generator
 ) -> list[tuple[list[str], list[str]]]:
-    """RAND baseline: ``subsets`` random picks of ``k`` of the ``live`` features, each as
-    (features, terms) with the squares too when ``quadratic``."""
+    """RAND baseline: ``subsets`` random picks of as many of the ``live`` features as ``terms``
+    (a selection's terms) use, each as (features, terms) with the same term structure: as many
+    features with both their linear term and their square, with the linear term only, and with the
+    square only [design choice: with every pick's square, a quadratic RAND subset had up to twice
+    the selection's terms, and refitted on a verification trace it was a larger model]."""
+    lin = {t for t in terms if not t.endswith(SQUARE)}
+    sq = {t.removesuffix(SQUARE) for t in terms if t.endswith(SQUARE)}
+    both, lin_only, k = len(lin & sq), len(lin - sq), len(lin | sq)
     out = []
     for _ in range(subsets if 0 < k <= len(live) else 0):
         pick = [str(p) for p in rng.choice(np.array(live, dtype=object), size=k, replace=False)]
-        out.append((pick, pick + ([p + SQUARE for p in pick] if quadratic else [])))
+        linear = pick[: both + lin_only]
+        squares = [p + SQUARE for p in pick[:both] + pick[both + lin_only :]]
+        out.append((pick, linear + squares))
+    return out
+
+
+def expand_predictors(
+    x: np.ndarray, names: list[str], lags: int = 0, smooth: int = 1, buckets: np.ndarray | None = None
+) -> tuple[np.ndarray, list[str]]:
+    """Predictors as levers for a response that follows its causes with a delay or through noise:
+    each feature smoothed by a trailing sliding-window mean of ``smooth`` buckets (METHODS.md §0.3,
+    averaging the values present; fewer at the start), and with ``lags`` the smoothed feature of
+    1..lags buckets earlier as extra features ``name@t-k`` (NaN where that bucket has no row).
+    ``buckets`` are the rows' bucket indexes (default: consecutive rows); a gap is not bridged.
+
+    >>> x = np.arange(4.0)[:, None]
+    >>> z, n = expand_predictors(x, ["a"], lags=1, smooth=2)
+    >>> n, z[:, 0].tolist(), z[1:, 1].tolist()
+    (['a', 'a@t-1'], [0.0, 0.5, 1.5, 2.5], [0.0, 0.5, 1.5])
+    """
+    if lags < 0 or smooth < 1:
+        raise ValueError(f"lags must be >= 0 and smooth >= 1, got lags={lags}, smooth={smooth}")
+    if lags == 0 and smooth == 1:
+        return x, list(names)
+    b = np.arange(len(x)) if buckets is None else np.asarray(buckets, dtype=np.int64)
+    span = int(b.max() - b.min()) + 1 if len(b) else 0
+    slot = b - (b.min() if len(b) else 0)
+    grid = np.full((span + lags, x.shape[1]), np.nan)  # the rows on a gap-free grid of buckets
+    grid[slot + lags] = x
+    present = ~np.isnan(grid)
+    csum = np.cumsum(np.where(present, grid, 0.0), axis=0)
+    ccnt = np.cumsum(present, axis=0)
+    lo = np.maximum(np.arange(len(grid)) - smooth, -1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        prev_s = np.where(lo[:, None] >= 0, csum[np.maximum(lo, 0)], 0.0)
+        prev_c = np.where(lo[:, None] >= 0, ccnt[np.maximum(lo, 0)], 0)
+        smoothed = (csum - prev_s) / (ccnt - prev_c)  # NaN where the window holds no value
+    cols = [smoothed[slot + lags - k] for k in range(lags + 1)]
+    out_names = [*names, *(f"{n}{LAG}{k}" for k in range(1, lags + 1) for n in names)]
+    return np.concatenate(cols, axis=1), out_names
+
+
+def expand_row(recent: dict[int, dict[str, float]], bucket: int, lags: int, smooth: int) -> dict[str, float]:
+    """One bucket's features as :func:`expand_predictors` makes them, for a stream: ``recent``
+    holds the bucket means of the last ``lags + smooth`` buckets (``bucket`` included); each
+    feature is its mean over the buckets ``bucket − smooth + 1 .. bucket`` that have it, and
+    ``name@t-k`` the same ``k`` buckets earlier.
+
+    >>> rows = {1: {"a": 0.0}, 2: {"a": 1.0}, 3: {"a": 2.0}}
+    >>> expand_row(rows, 3, lags=1, smooth=2)
+    {'a': 1.5, 'a@t-1': 0.5}
+    """
+    out: dict[str, float] = {}
+    for k in range(lags + 1):
+        window = [recent[j] for j in range(bucket - k - smooth + 1, bucket - k + 1) if j in recent]
+        for n in dict.fromkeys(n for w in window for n in w):
+            vals = [w[n] for w in window if n in w and not math.isnan(w[n])]
+            if vals:
+                out[n if k == 0 else f"{n}{LAG}{k}"] = math.fsum(vals) / len(vals)
     return out

@@ -23,7 +23,7 @@ from perfsift.operators.redundancy import (
     cluster_features,
     constant_features,
 )
-from perfsift.operators.regression import backward_elimination, design, rand_subsets, refit
+from perfsift.operators.regression import backward_elimination, design, expand_row, rand_subsets, refit
 
 
 def reduce_metrics(
@@ -144,6 +144,7 @@ class _Job:
         self.pos = 0
         self.names: list[str] = []
         self.pending: dict[int, tuple[dict[str, list[float]], list[float]]] = {}
+        self.recent: dict[int, dict[str, float]] = {}  # bucket means of the last lags + smooth buckets
         self.max_bucket: int | None = None
         self.since = 0
         self.clustering: Clustering | None = None
@@ -185,12 +186,17 @@ class DataReduction(Decider):
         well). 0 = no RAND comparison.
     seed : int
         Seed of the RAND subsets.
+    lags, smooth : int
+        Levers as in ``perfsift select-metrics`` (:func:`~perfsift.operators.regression.expand_row`):
+        each feature as its trailing mean over ``smooth`` buckets, and ``lags`` earlier buckets of
+        it as features ``node/metric@t-k``.
     """
 
     output = "selection"
     #: 2: pending buckets hold the raw values (exact bucket means), not per-batch means;
-    #: 3: each co-moment block has its own shift (blocks merge as centred statistics)
-    STATE_VERSION = 3
+    #: 3: each co-moment block has its own shift (blocks merge as centred statistics);
+    #: 4: the last buckets' means for ``lags`` and ``smooth``
+    STATE_VERSION = 4
 
     def __init__(
         self,
@@ -207,6 +213,8 @@ class DataReduction(Decider):
         holdout: float = 0.2,
         rand_subsets: int = 50,
         seed: int = 0,
+        lags: int = 0,
+        smooth: int = 1,
     ) -> None:
         self.perf_metric = perf_metric
         self.interval = interval
@@ -221,6 +229,8 @@ class DataReduction(Decider):
         self.holdout = holdout
         self.rand_subsets = rand_subsets
         self.seed = seed
+        self.lags = lags
+        self.smooth = smooth
 
     def reset(self) -> None:
         if self.window % self.blocks:
@@ -229,6 +239,8 @@ class DataReduction(Decider):
             raise ValueError(f"threshold must be in (0, 1), got {self.threshold}")
         if not 0 < self.holdout < 1:
             raise ValueError(f"holdout must be in (0, 1), got {self.holdout}")
+        if self.lags < 0 or self.smooth < 1:
+            raise ValueError(f"lags must be >= 0 and smooth >= 1, got lags={self.lags}, smooth={self.smooth}")
         self.jobs_: dict[str, _Job] = {}
 
     def update(self, batch: Batch) -> list[dict[str, Any]]:
@@ -251,7 +263,11 @@ class DataReduction(Decider):
         ready = sorted(b for b in st.pending if b <= st.max_bucket - self.lateness)
         records: list[dict[str, Any]] = []
         for b in ready:
-            feats, ys = st.pending.pop(b)
+            raw, ys = st.pending.pop(b)
+            feats = {n: math.fsum(v) / len(v) for n, v in raw.items()}
+            if self.lags or self.smooth > 1:  # every bucket counts for smoothing, with or without a response
+                st.recent = {k: r for k, r in st.recent.items() if k > b - self.lags - self.smooth} | {b: feats}
+                feats = expand_row(st.recent, b, self.lags, self.smooth)
             if not ys:  # a row is used when the response is present
                 continue
             new_names = sorted(set(feats) - set(st.names))
@@ -261,7 +277,7 @@ class DataReduction(Decider):
             row = np.full(len(st.names) + 1, np.nan)
             ix = {n: j for j, n in enumerate(st.names)}
             for n, v in feats.items():
-                row[ix[n]] = math.fsum(v) / len(v)
+                row[ix[n]] = v
             row[-1] = math.fsum(ys) / len(ys)
             st.moments.add(row[None, :], [*st.names, "__response__"])
             st.ring_x[st.pos] = row[:-1]
@@ -384,17 +400,14 @@ class DataReduction(Decider):
             return out
         cut = len(y) - max(round(self.holdout * len(y)), 2)
         old, new = slice(0, cut), slice(cut, None)
-        r2, _, rows = refit(x[old], y[old], names, res["terms"], res["centers"], x[new], y[new])
+        r2, _, rows = refit(x[old], y[old], names, res["terms"], None, x[new], y[new])
         if not np.isfinite(r2):
             return out
         out.update(r2_holdout=r2, holdout_rows=rows)
         live = [n for n in names if n not in cl.zero_variation]
-        ix = {n: j for j, n in enumerate(names)}
         rand = []
-        for pick, terms in rand_subsets(live, len(res["selected"]), self.quadratic, self.rand_subsets, rng):
-            with np.errstate(all="ignore"):
-                centers = {p: float(np.nanmean(x[old, ix[p]])) for p in pick}
-            rand.append(refit(x[old], y[old], names, terms, centers, x[new], y[new])[0])
+        for _, terms in rand_subsets(live, res["terms"], self.rand_subsets, rng):
+            rand.append(refit(x[old], y[old], names, terms, None, x[new], y[new])[0])
         scored = np.array([v for v in rand if np.isfinite(v)])
         if len(scored):
             out.update(rand_r2_mean=float(scored.mean()), rand_p_value=float(np.mean(scored >= r2)))
@@ -417,6 +430,7 @@ class DataReduction(Decider):
                     "selected": st.selected,
                     "version": st.version,
                     "pending": {str(b): [f, y] for b, (f, y) in st.pending.items()},
+                    "recent": {str(b): r for b, r in st.recent.items()},
                     "moment_names": m.names,
                     "rows_in_newest": m.rows_in_newest,
                     "blocks": len(m.ring),
@@ -447,6 +461,7 @@ class DataReduction(Decider):
             st.names, st.filled, st.pos, st.since = list(j["names"]), j["filled"], j["pos"], j["since"]
             st.max_bucket, st.selected, st.version = j["max_bucket"], j["selected"], j["version"]
             st.pending = {int(b): (f, y) for b, (f, y) in j["pending"].items()}
+            st.recent = {int(b): r for b, r in j["recent"].items()}
             st.ring_x, st.ring_y, st.ring_t = arrays[f"{i}_x"].copy(), arrays[f"{i}_y"].copy(), arrays[f"{i}_t"].copy()
             m = st.moments
             m.names = list(j["moment_names"])

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from perfsift.operators.regression import rand_subsets, refit
+from perfsift.operators.regression import SQUARE, rand_subsets, refit
 from perfsift.operators.selection import reduce_metrics
 
 #: a trace as a regression table: features (rows x columns), performance metric, feature names
@@ -25,31 +25,32 @@ def reduce_and_verify(
     """The reduction of ``train`` at correlation threshold ``threshold`` (what
     :func:`~perfsift.operators.selection.reduce_metrics` returns, without the clustering), with
     ``r2_verify`` and ``adj_r2_verify``: R² and adjusted R² of its terms refitted on each
-    verification table (None for each when the regression could not run: ``reason``)."""
+    verification table (None for each when the regression could not run: ``reason``). A refit
+    centres the squares on the verification table's own means (:func:`refit` with no centres)."""
     x, y, names = train
     res = reduce_metrics(x, y, names, threshold=threshold, quadratic=quadratic, f_out=f_out)
     res.pop("clustering")
-    fits = [refit(xv, yv, nv, res["terms"], res["centers"]) if not res["reason"] else None for xv, yv, nv in verify]
+    fits = [refit(xv, yv, nv, res["terms"], None) if not res["reason"] else None for xv, yv, nv in verify]
     res["r2_verify"] = [None if f is None or not np.isfinite(f[0]) else f[0] for f in fits]
     res["adj_r2_verify"] = [None if f is None else f[1] for f in fits]
     return res
 
 
 def rand_comparison(
-    train: RegressionTable, tables: list[RegressionTable], result: dict[str, Any], quadratic: bool, subsets: int
+    train: RegressionTable, tables: list[RegressionTable], result: dict[str, Any], subsets: int
 ) -> list[dict[str, Any]]:
     """RAND as a distribution, per table: ``subsets`` random subsets of the non-constant features,
-    each as large as ``result``'s selection (seeded, so the same every time), refitted on the table
-    like the selection: the selection's ``r2`` and ``adj_r2`` there, the subsets' ``mean`` and
-    ``adj_mean``, and ``p_value``, the share of subsets whose R² is at least the selection's."""
-    x, _, names = train
+    each with as many features and the same term structure as ``result``'s selection (seeded, so the same
+    every time), refitted on the table like the selection: the selection's ``r2`` and ``adj_r2``
+    there, the subsets' ``mean`` and ``adj_mean``, and ``p_value``, the share of subsets whose R²
+    is at least the selection's."""
+    names = train[2]
     live = [n for n in names if n not in result["zero_variation"]]
-    picks = rand_subsets(live, len(result["selected"]), quadratic, subsets, np.random.default_rng(0))
-    centers = [{p: float(np.nanmean(x[:, names.index(p)])) for p in pick} for pick, _ in picks]
+    picks = rand_subsets(live, result["terms"], subsets, np.random.default_rng(0))
     out = []
     for xv, yv, nv in tables:
-        r2, adj, _ = refit(xv, yv, nv, result["terms"], result["centers"])
-        fits = [refit(xv, yv, nv, terms, c) for (_, terms), c in zip(picks, centers, strict=True)]
+        r2, adj, _ = refit(xv, yv, nv, result["terms"], None)
+        fits = [refit(xv, yv, nv, terms, None) for _, terms in picks]
         r = np.array([f[0] for f in fits if np.isfinite(f[0])])
         a = np.array([f[1] for f in fits if f[1] is not None and np.isfinite(f[0])])
         out.append(
@@ -98,13 +99,15 @@ def evaluate_reduction(
     """The reduction at ``threshold`` (:func:`reduce_and_verify`) and ``rand``: the RAND comparison
     (:func:`rand_comparison`) on each verification table, or on the training table without any
     (``rand_on`` says which), with ``rand_r2_verify`` its means on the verification tables; for
-    ``main`` features, ``main_r2_verify`` and ``main_adj_r2_verify``; with ``sweep``, the rows of
+    ``main`` features, ``main_r2_verify`` and ``main_adj_r2_verify``; with verification tables,
+    ``all_r2_verify`` and ``all_adj_r2_verify``, the ceiling: every non-constant feature (and with
+    ``quadratic`` its square) refitted on each (None where the rows do not suffice); with ``sweep``, the rows of
     :func:`threshold_sweep`. ``history`` (the backward elimination's steps) comes as lists, ready
     for JSON."""
     result = reduce_and_verify(train, verify, threshold, quadratic, f_out)
     if not result["reason"]:
         result["rand_on"] = "verify" if verify else "train"
-        result["rand"] = rand_comparison(train, verify or [train], result, quadratic, rand_seeds)
+        result["rand"] = rand_comparison(train, verify or [train], result, rand_seeds)
         if verify:
             result["rand_r2_verify"] = [r["mean"] for r in result["rand"]]
     if main and verify:
@@ -112,6 +115,12 @@ def evaluate_reduction(
         fits = [refit(xv, yv, nv, main, {}) for xv, yv, nv in verify]
         result["main_r2_verify"] = [f[0] for f in fits]
         result["main_adj_r2_verify"] = [f[1] for f in fits]
+    if verify:  # the ceiling: every non-constant feature (and its square) refitted on each table
+        live = [n for n in train[2] if n not in result["zero_variation"]]
+        terms = live + ([n + SQUARE for n in live] if quadratic else [])
+        fits = [refit(xv, yv, nv, terms, None) for xv, yv, nv in verify]
+        result["all_r2_verify"] = [f[0] if np.isfinite(f[0]) else None for f in fits]
+        result["all_adj_r2_verify"] = [f[1] if np.isfinite(f[0]) else None for f in fits]
     if sweep:
         result["sweep"] = threshold_sweep(train, verify, quadratic, f_out)
     result["history"] = [[t, f] for t, f in result["history"]]

@@ -20,12 +20,13 @@ from perfsift.producers import number_samples
 from perfsift.producers.traces import iter_samples
 from perfsift.schemas import RecordError
 from perfsift.schemas.detect import decode_any
+from perfsift.streams.adaptive import replay_adaptive
 from perfsift.streams.analyze import FILES
 from perfsift.streams.clients import read_topic_to_end
 from perfsift.streams.config import PipelineConfig
 from perfsift.streams.ingest.stage import stage_runner
 from perfsift.streams.procs import StageProcess
-from perfsift.streams.publish import publish_samples
+from perfsift.streams.publish import PublishStats, publish_samples
 from perfsift.streams.replay import replay
 from perfsift.streams.report import build_report, write_atomic
 from perfsift.streams.runner import StageRunner, run_in_thread, wait_assigned
@@ -92,6 +93,8 @@ class LocalRun:
         self.failures: list[BaseException] = []
         self.runners, self._join = start_stages(cfg, props, embedded, processes, self.failures)
         self.published = 0
+        self.publish_stats: PublishStats | None = None  # set by an adaptive replay
+        self.host_stats: PublishStats | None = None  # and by its host sampler
         self.errors: list[RecordError] = []
         self.started = time.monotonic()
         self._expected = expected_inputs(cfg, self.runners, 0)
@@ -101,12 +104,29 @@ class LocalRun:
         first stages would meet a backlog and later ones see nodes in bursts, partition by partition."""
         wait_assigned(self.runners, abort=lambda: bool(self.failures) or any(failed(r) for r in self.runners))
 
-    def publish(self, trace: Path | None, speed: float | None, stop: threading.Event, console: Console) -> None:
+    def publish(
+        self,
+        trace: Path | None,
+        speed: float | None,
+        stop: threading.Event,
+        console: Console,
+        adaptive: bool = False,
+        sample_host: float | None = None,
+    ) -> None:
         """Start the clock and replay ``trace`` into perf.raw: paced at ``speed`` trace seconds per
-        second, or as fast as possible; with no trace nothing is published (live input)."""
+        second, or as fast as possible; with no trace nothing is published (live input). With
+        ``adaptive``, paced and following perf.control, and with ``sample_host`` this machine
+        sampled alongside (:func:`~perfsift.streams.adaptive.replay_adaptive`)."""
         self.started = time.monotonic()
         raw = self.cfg.topic("perf.raw")
-        if trace is not None and speed:  # paced: event time advances evenly over the nodes, as from live producers
+        if trace is not None and adaptive:
+            control = self.cfg.topic("perf.control")
+            self.publish_stats, self.host_stats = replay_adaptive(
+                self.props, raw, control, trace, speed, stop, console, sample_host, self.cfg
+            )
+            self.published, self.errors = self.publish_stats.published, self.publish_stats.errors
+            self.published += self.host_stats.published if self.host_stats is not None else 0
+        elif trace is not None and speed:  # paced: event time advances evenly over the nodes, as from live producers
             rstats = replay(self.props, raw, trace, speed=speed, console=console, stop=stop, pipeline=self.cfg)
             self.published, self.errors = rstats.published, rstats.errors
         elif trace is not None:
@@ -151,6 +171,8 @@ class LocalRun:
             "guarantee": self.runners[0].guarantee if self.runners else None,
             "stages": [r.stats.as_dict() for r in self.runners],
             "jobs": jobs,
+            **({"adaptive": self.publish_stats.as_dict()} if self.publish_stats else {}),
+            **({"host_sampler": self.host_stats.as_dict()} if self.host_stats else {}),
         }
 
     def write_outputs(self, folder: Path) -> None:

@@ -190,6 +190,22 @@ def run(
         str | None,
         typer.Option("--perf-metric", help="Application performance metric: data reduction joins the selection."),
     ] = None,
+    adaptive: Annotated[
+        bool,
+        typer.Option(
+            "--adaptive",
+            help="Close the loop: the replay follows the select stage's perf.control and sends only the kept "
+            "metrics to perf.raw (paced: --speed, default 20).",
+        ),
+    ] = False,
+    sample_host: Annotated[
+        float | None,
+        typer.Option(
+            "--sample-host",
+            help="With --adaptive: also sample this machine every SECONDS into perf.raw (job host) while the trace "
+            "replays, following perf.control too (its selection needs data reduction: --perf-metric).",
+        ),
+    ] = None,
     follow: Annotated[
         bool,
         typer.Option(
@@ -218,8 +234,12 @@ def run(
     """
     if live_every < 0:
         raise fail(f"--live-every must be >= 0 seconds, got {live_every:g}")
+    if sample_host is not None and not adaptive:
+        raise fail("--sample-host needs --adaptive (the sampler follows perf.control alongside the replay)")
     cfg = with_options(pipeline_from_flags(config, settings), perf_metric, contract)
     trace_path = trace or (None if follow else demo_trace_path())
+    if adaptive and trace_path is None:
+        raise fail("--adaptive makes the replay follow perf.control: give --trace with --follow")
     stop = threading.Event()
     try:
         with bootstrap_or_embedded(bootstrap) as (bs, embedded), stop_on_signals(stop):
@@ -235,7 +255,8 @@ def run(
             live = LiveReport(local, report, live_every) if follow and report and live_every and not no_report else None
             if live is not None:
                 console.print(f"live report: {live.start().folder / 'report.html'} (rewritten every {live_every:g} s)")
-            local.publish(trace_path, speed, stop, console)
+            local.publish(trace_path, speed, stop, console, adaptive, sample_host)
+
             if trace_path is None:
                 console.print(
                     f"following {cfg.topic('perf.raw')} on {bs}; publish samples there, e.g. "
@@ -249,6 +270,11 @@ def run(
             if local.failures:
                 raise fail(f"a stage failed: {local.failures[0]}", 1)
             _print_summary(local, elapsed, caption, follow)
+            if local.publish_stats is not None:  # --adaptive
+                p = local.publish_stats
+                out.print(
+                    f"adaptive: {p.bytes_sent:,} bytes sent to perf.raw of {p.bytes_full:,} ({p.reduced:,} reduced)"
+                )
             if summary_json:
                 summary_json.write_bytes(orjson.dumps(local.summary(elapsed, jobs), option=orjson.OPT_INDENT_2))
             if report is not None and not no_report:

@@ -87,7 +87,9 @@ def pursuit(
     restarts: Annotated[int, typer.Option(help="Random restarts per period (plus one warm start).")] = 10,
     rows: Annotated[str, typer.Option(help="stacked (h snapshots per node) or processors (the paper).")] = "stacked",
     dims: Annotated[int, typer.Option(help="Projection dimension: 1, 2 or 3.")] = 3,
-    rounds: Annotated[int, typer.Option(help="Repeated PP: remove the winners and run again.")] = 1,
+    rounds: Annotated[
+        int, typer.Option(help="Repeated PP: remove the winners (and metrics with |r| > 0.95 to them), run again.")
+    ] = 1,
     trim: Annotated[str, typer.Option(help="auto, none, log, sqrt or remove.")] = "auto",
     seed: Annotated[int, typer.Option(help="Seed of the random restarts.")] = 0,
     z_threshold: Annotated[

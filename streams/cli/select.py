@@ -12,6 +12,7 @@ import orjson
 import typer
 from perfsift.operators import ForecastBank
 from perfsift.operators.forecast import PRIMARIES, forecast_records
+from perfsift.operators.regression import expand_predictors
 from perfsift.operators.selection import bucket_rows
 from perfsift.streams.cli.ui import fail, out, read_trace, write_jsonl
 from perfsift.streams.evaluation import RegressionTable, evaluate_reduction, not_better_than_chance
@@ -64,12 +65,15 @@ def forecast(
     out.print(t)
 
 
-def _table_of(path: Path, perf_metric: str, interval: float) -> RegressionTable:
-    """A trace as a regression table: one row per ``interval`` seconds, the performance metric apart."""
+def _table_of(path: Path, perf_metric: str, interval: float, lags: int = 0, smooth: int = 1) -> RegressionTable:
+    """A trace as a regression table: one row per ``interval`` seconds, the performance metric
+    apart, the features smoothed over ``smooth`` buckets and with ``lags`` earlier buckets as
+    extra features (:func:`~perfsift.operators.regression.expand_predictors`)."""
     batch = read_trace(path)
     if perf_metric not in batch.metrics:
         raise fail(f"{path}: no performance metric {perf_metric!r}; the trace has {', '.join(batch.metrics)}")
-    _, x, y, names = bucket_rows(batch, interval, perf_metric)
+    buckets, x, y, names = bucket_rows(batch, interval, perf_metric)
+    x, names = expand_predictors(x, names, lags, smooth, buckets)
     return x, y, names
 
 
@@ -84,6 +88,15 @@ def select_metrics(
     quadratic: Annotated[bool, typer.Option(help="Offer (x - c)² terms to backward elimination.")] = False,
     f_out: Annotated[float, typer.Option(help="F-to-remove of backward elimination.")] = 2.0,
     interval: Annotated[float, typer.Option(help="Bucket length in seconds (one regression row each).")] = 1.0,
+    lags: Annotated[
+        int,
+        typer.Option(
+            min=0, help="Also offer each feature's value 1..LAGS buckets earlier (features named node/metric@t-k)."
+        ),
+    ] = 0,
+    smooth: Annotated[
+        int, typer.Option(min=1, help="Smooth each feature by a trailing mean over this many buckets (1 = none).")
+    ] = 1,
     main_metrics: Annotated[
         str | None,
         typer.Option(
@@ -98,9 +111,9 @@ def select_metrics(
 ) -> None:
     """Statistical data reduction of a trace (Yang et al.): drop redundant metrics by correlation
     clustering, keep those that predict the performance metric by backward elimination."""
-    table = _table_of(train, perf_metric, interval)
+    table = _table_of(train, perf_metric, interval, lags, smooth)
     names = table[2]
-    verify_tables = [_table_of(v, perf_metric, interval) for v in verify or []]
+    verify_tables = [_table_of(v, perf_metric, interval, lags, smooth) for v in verify or []]
     main = [m.strip() for m in main_metrics.split(",") if m.strip()] if main_metrics and verify_tables else None
     unknown = [m for m in main or [] if m not in names]
     if unknown:
@@ -125,9 +138,14 @@ def select_metrics(
     for i, r2 in enumerate(result["r2_verify"]):
         extra = f", adjusted {fmt(result['adj_r2_verify'][i])}"
         if "rand" in result:
-            extra += f", RAND mean {fmt(result['rand'][i]['mean'])}"
+            extra += f", RAND mean {fmt(result['rand'][i]['mean'])} (adjusted {fmt(result['rand'][i]['adj_mean'])})"
         if "main_r2_verify" in result:
-            extra += f", MAIN {fmt(result['main_r2_verify'][i])}"
+            extra += f", MAIN {fmt(result['main_r2_verify'][i])} (adjusted {fmt(result['main_adj_r2_verify'][i])})"
+        if "all_r2_verify" in result:
+            extra += (
+                f", all features (ceiling) {fmt(result['all_r2_verify'][i])}"
+                f" (adjusted {fmt(result['all_adj_r2_verify'][i])})"
+            )
         out.print(f"verify {verify[i].name if verify else i}: R² {fmt(r2)}{extra}")
     for i, rand in enumerate(result.get("rand", [])):
         where = verify[i].name if verify else f"{train.name} (training trace: no --verify given)"

@@ -178,3 +178,29 @@ def test_a_metric_identical_on_all_processors_is_never_selected_however_it_moves
         # the trap is real: raw stacked snapshots give the identical metric weight
         raw = [r for r in run(ProjectionPursuit(period=30, window=5, snapshot_norm="none"), batch) if not r["skipped"]]
         assert max(r["scores"]["same"] for r in raw) > 0.05
+
+
+def test_repeated_rounds_drop_a_near_duplicate_of_a_named_metric() -> None:
+    """METHODS.md §1.7: after a round, a metric with |r| > 0.95 to a named one goes too. ``copy``
+    is 2·forks + 1 + noise at 1e-6 of forks' spread: when round 1 names one of the pair, no later
+    round may name the other (it carries the same structure and would be named again)."""
+    batch, _ = smoothed("cactus", duration=600)
+    j = batch.metrics.index("forks")
+    noise = np.random.default_rng(5).normal(size=len(batch)) * 1e-6 * np.nanstd(batch.values[:, j])
+    dup = Batch.from_columns(
+        ts=batch.ts,
+        nodes=[batch.nodes[i] for i in batch.node_idx],
+        metrics=[*batch.metrics, "copy"],
+        values=np.concatenate([batch.values, (2 * batch.values[:, j] + 1 + noise)[:, None]], axis=1),
+    )
+    done = [r for r in run(ProjectionPursuit(period=60, window=5, rounds=3), dup) if r["skipped"] is None]
+    assert len(done) >= 8
+    first_named = 0
+    for r in done:
+        first, later = r["selected"][:3], r["selected"][3:]
+        assert len(later) >= 3  # the later rounds ran
+        for a, b in (("forks", "copy"), ("copy", "forks")):
+            if a in first and b not in first:
+                first_named += 1
+                assert b not in later, r["selected"]
+    assert first_named >= 3  # the case arises (round 1 names one of the pair in 4 of 11 periods)

@@ -66,3 +66,22 @@ def test_refuses_an_empty_configuration() -> None:
         Reduce().reset()
     with pytest.raises(ValueError, match="policy"):
         Reduce(pursuit={}, policy="all").reset()
+
+
+def test_a_data_reduction_selection_keeps_its_metrics_in_the_stream_and_the_control() -> None:
+    """Data reduction selects ``node/metric`` features; the reduced stream and the control
+    records keep metric columns, so the features' metrics must be what is kept (the feature names
+    matched no column: every reduced sample came out empty and producers sent no metric at all)."""
+    from perfsift.producers.synth import gridftp
+
+    samples, _ = gridftp(seed=6, duration=900)
+    op = Reduce(reduction={"perf_metric": "transfer_rate", "window": 400, "f_out": 6.63}, full_every=0)
+    out = op.update(samples_to_batch(samples))
+    sel = [s for s in out["selection"] if s["selected"]]
+    assert sel and out["control"]
+    features = set(sel[-1]["selected"])
+    assert all("/" in f for f in features)  # node/metric features ...
+    assert set(out["control"][-1]["keep"]) == {f.split("/", 1)[1] for f in features}  # ... kept as metrics
+    kept_ever = {m for c in out["control"] for m in c["keep"]}
+    later = [r for r in reduced_rows(out) if r["selection_version"] >= 0]
+    assert later and all(r["metrics"] and set(r["metrics"]) <= kept_ever for r in later)

@@ -236,17 +236,24 @@ def test_streaming_operator_emits_versioned_selections_without_flapping() -> Non
     assert all(0 <= v <= 1 for v in last["scores"].values())
 
 
-def test_snapshot_restore_continues_identically() -> None:
+@pytest.mark.parametrize("levers", [{}, {"lags": 1, "smooth": 2}])
+def test_snapshot_restore_continues_identically(levers: dict) -> None:
     s, _ = gridftp(seed=4, duration=900)
-    batches = stream_batches(s, 600)
-    a = DataReduction(perf_metric="transfer_rate", window=200, recluster_every=50)
+    batches = stream_batches(s, 300)
+    assert len(batches) >= 8  # batches after the restore too
+    a = DataReduction(perf_metric="transfer_rate", window=200, recluster_every=50, **levers)
     for b in batches[:5]:
         a.update(b)
-    b2 = DataReduction(perf_metric="transfer_rate", window=200, recluster_every=50)
+    b2 = DataReduction(perf_metric="transfer_rate", window=200, recluster_every=50, **levers)
     b2.restore(a.snapshot())
     out_a = [r for b in batches[5:] for r in a.update(b)]
     out_b = [r for b in batches[5:] for r in b2.update(b)]
     assert out_a == out_b
+    # and the state itself: the windows' rows (lagged and smoothed ones too) are the same
+    for (_, arrays_a), (_, arrays_b) in [(a._state(), b2._state())]:
+        assert arrays_a.keys() == arrays_b.keys()
+        for k in arrays_a:
+            np.testing.assert_array_equal(arrays_a[k], arrays_b[k])
 
 
 def test_messy_traces_give_clear_outcomes_never_nan() -> None:
