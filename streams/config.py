@@ -27,6 +27,7 @@ from perfsift.streams.limits import Limits
 from perfsift.streams.topics import DEFAULT_TOPIC, TOPICS, kind_of
 
 GUARANTEES = ("auto", "at_least_once", "exactly_once")
+FRAMINGS = ("columns", "records")
 #: operators whose pipeline-file parameters name a source that the runtime reads for them
 _SOURCES: dict[str, Callable[[Mapping[str, Any]], dict[str, Any]]] = {"clean": clean_params}
 #: the ``emit:`` values older pipeline files state (it now follows from the last operator's role)
@@ -102,6 +103,9 @@ class PipelineConfig:
     replication: int = 1
     retention_ms: int = 7 * 24 * 3600 * 1000
     encoding: str = "json"
+    #: ``columns``: the topics only perfsift reads (TOPICS' ``framed``) carry column frames of many
+    #: samples per message; ``records``: one record per sample everywhere
+    framing: str = "columns"
     guarantee: str = "auto"
     batch_size: int = 5000
     batch_timeout_s: float = 0.1
@@ -183,6 +187,7 @@ _SCALARS: dict[str, type] = {
     "replication": int,
     "retention_ms": int,
     "encoding": str,
+    "framing": str,
     "guarantee": str,
     "batch_size": int,
     "batch_timeout_s": float,
@@ -310,6 +315,8 @@ def load_pipeline(
         raise ConfigError(f"{source}: guarantee must be one of {GUARANTEES}, got {cfg.guarantee!r}")
     if cfg.encoding not in ("json", "avro"):
         raise ConfigError(f"{source}: encoding must be 'json' or 'avro', got {cfg.encoding!r}")
+    if cfg.framing not in FRAMINGS:
+        raise ConfigError(f"{source}: framing must be 'columns' or 'records', got {cfg.framing!r}")
     if cfg.partitions < 1 or cfg.batch_size < 1:
         raise ConfigError(f"{source}: partitions and batch_size must be >= 1")
     return cfg

@@ -10,6 +10,7 @@ from typing import Any
 
 import orjson
 from perfsift.streams.plots import plot_r2, plot_reduction, plot_selection, plot_traces, plot_violations
+from perfsift.streams.volume import bytes_table
 
 PAGE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>perfsift report</title>
@@ -39,6 +40,17 @@ def _jsonl(path: Path) -> list[dict[str, Any]]:
     return [orjson.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
 
 
+def bytes_section(volume: dict[str, Any]) -> str:
+    """The bytes each topic was written, payload and zstd-compressed, as a ratio to perf.raw's."""
+    rows = "".join(f"<tr><td>{html.escape(r[0])}</td>" + "".join(f"<td>{c}</td>" for c in r[1:]) + "</tr>"
+                   for r in bytes_table(volume))  # fmt: skip
+    return (
+        "<h2>Bytes written</h2><table><tr><th>topic</th><th>MB</th><th>× raw</th><th>MB zstd</th>"
+        f'<th>× raw zstd</th></tr>{rows}</table><p class="note">Payload: the message values; zstd: '
+        "each topic's messages of a micro-batch compressed together, as a producer compresses a record batch.</p>"
+    )
+
+
 def build_report(folder: Path, target: Path | None = None) -> Path:
     """Write ``report.html`` and its PNGs into ``folder``; returns the page's path."""
     summary = orjson.loads((folder / "summary.json").read_bytes()) if (folder / "summary.json").exists() else {}
@@ -59,8 +71,10 @@ def build_report(folder: Path, target: Path | None = None) -> Path:
         parts.append(
             "<h2>Stages</h2><table><tr><th>stage</th><th>records in</th><th>records out</th><th>MB in</th>"
             f"<th>MB out</th><th>dead letters</th></tr>{rows}</table>"
-            + (f"<p>The reduced stream carries <b>{ratio:.1%}</b> of the smoothed bytes.</p>" if ratio else "")
+            + (f"<p>The reduced stream carries <b>{ratio:.1%}</b> of the smoothed metric values.</p>" if ratio else "")
         )
+    if summary.get("bytes"):
+        parts.append(bytes_section(summary["bytes"]))
     if reduced:
         plot_traces(reduced, folder / "traces.png")
         parts.append('<h2>Metric traces per node</h2><img src="traces.png" alt="metric traces">')

@@ -15,6 +15,8 @@ from confluent_kafka import Consumer
 from perfsift.producers import demo_trace_path, number_samples
 from perfsift.producers.traces import iter_samples
 from perfsift.schemas import RecordError
+from perfsift.schemas.frames import is_frame
+from perfsift.schemas.messages import decode_message
 from perfsift.streams.broker import BrokerError, EmbeddedBroker
 from perfsift.streams.cli.ui import (
     BootstrapNeededOpt,
@@ -140,13 +142,13 @@ def tail(
                 last = time.monotonic()
                 n += 1
                 value = m.value() or b""
-                if as_json:
+                if as_json and not is_frame(value):
                     sys.stdout.write(value.decode("utf-8", "replace") + "\n")
                     continue
-                try:
-                    rec = orjson.loads(value)
-                except orjson.JSONDecodeError:
-                    rec = value.decode("utf-8", "replace")
+                rec = decode_message(value)  # a column frame: its samples; Avro, JSON: the record
+                if as_json:
+                    sys.stdout.write("".join(orjson.dumps(r).decode() + "\n" for r in rec))
+                    continue
                 key = (m.key() or b"").decode(errors="replace")
                 out.print(f"[dim]{m.topic()}:{m.partition()}:{m.offset()} key={key}[/dim]")
                 out.print_json(data=rec) if isinstance(rec, dict | list) else out.print(rec)
