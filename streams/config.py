@@ -104,8 +104,9 @@ class PipelineConfig:
     retention_ms: int = 7 * 24 * 3600 * 1000
     encoding: str = "json"
     #: ``columns``: the topics only perfsift reads (TOPICS' ``framed``) carry column frames of many
-    #: samples per message; ``records``: one record per sample everywhere
-    framing: str = "columns"
+    #: samples per message (the packaged pipeline file's setting); ``records``: one record per
+    #: sample everywhere (the built-in default, for pipeline files that do not say)
+    framing: str = "records"
     guarantee: str = "auto"
     batch_size: int = 5000
     batch_timeout_s: float = 0.1
