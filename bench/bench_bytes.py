@@ -45,7 +45,7 @@ def streaming(trace: Path, tmp: Path) -> dict[str, Any]:
     cmd = [sys.executable, "-m", "perfsift", "run", "--trace", str(trace), "--no-report", "--summary-json",
            str(summary)]  # fmt: skip
     subprocess.run(cmd, check=True, capture_output=True, timeout=1200)
-    return orjson.loads(summary.read_bytes())["bytes"]  # type: ignore[no-any-return]
+    return orjson.loads(summary.read_bytes())["bytes"]
 
 
 def fmt(v: dict[str, Any], topic: str | None = None) -> str:

@@ -106,7 +106,7 @@ def _hop(props: dict[str, str], src: str, dst: str | None, group: str, total: in
             if m.error() is not None:
                 continue
             n += 1
-            if p is not None:
+            if p is not None and dst is not None:
                 while True:
                     try:
                         p.produce(dst, m.value(), m.key())
