@@ -238,9 +238,15 @@ def demo_bytes() -> dict[str, float]:
 
 #: runs of this script that one table cannot show; the VM's speed drifts by up to about 25 %
 NOTES = (
-    "Throughput on 2026-11-22, one process per stage: 24,737 samples/s at 68c2bfb (three more runs of that "
-    "code 23,026-24,079) and 23,287 at 8b3e1ae, the recorded run, in which publishing alone (unchanged code) "
-    "also took 1.8 s instead of 1.5 s. p99 latency has read 0.96-1.14 s."
+    "Before the lean topology (8b3e1ae, 2026-11-22, on an Intel Xeon VM, no passthrough measured): "
+    "23,000-24,700 samples/s, one process per stage. 2026-11-24 (this table, an AMD EPYC VM): the machine"
+    " was shared with four other sessions (load average 4-6 on 2 cores), so the rates drift by 1.5x "
+    "between runs of the same code (the bare passthrough read 42,300 samples/s in the run before this "
+    "one, 29,200 in this one; the pipeline 13,000 and 14,200). The stages are far from the passthrough: "
+    "per 200,000 samples the node stage is busy about 10 s (JSON decode about 40 %, the cleaner 20 %, the"
+    " bytes accounting's zstd 20 % before it was sampled) and the select stage 6-7 s (projection "
+    "pursuit's periods: the replay runs 300x faster than event time). p99 latency reads 0.8-1.8 s between"
+    " runs."
 )
 
 

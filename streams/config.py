@@ -355,7 +355,8 @@ def parse_settings(items: list[str] | None) -> dict[str, str]:
 
 def with_options(cfg: PipelineConfig, perf_metric: str | None = None, contract: Path | None = None) -> PipelineConfig:
     """The pipeline with statistical data reduction on ``perf_metric`` joined to every reduce
-    operator, and a contract stage (perf.smoothed -> perf.contract) for ``contract``."""
+    operator, and a contract stage (perf.smoothed, or perf.smoothed.byjob when no stage writes
+    perf.smoothed -> perf.contract) for ``contract``."""
     stages = dict(cfg.stages)
     if perf_metric:
         for name, st in stages.items():
@@ -370,7 +371,11 @@ def with_options(cfg: PipelineConfig, perf_metric: str | None = None, contract: 
             )
             stages[name] = replace(st, operators=ops)
     if contract is not None:
+        # the node-keyed smoothed stream when a stage writes it; else the job-keyed one (the lean
+        # default's only smoothed topic: a job's nodes then share a partition)
+        written = {t for st in stages.values() for t in st.written}
+        source = "perf.smoothed" if "perf.smoothed" in written or not written else "perf.smoothed.byjob"
         stages["contract"] = StageConfig(
-            "contract", "perf.smoothed", ("perf.contract",), (OperatorSpec("contract", {"contract": str(contract)}),)
+            "contract", source, ("perf.contract",), (OperatorSpec("contract", {"contract": str(contract)}),)
         )
     return replace(cfg, stages=stages)
