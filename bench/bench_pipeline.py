@@ -239,13 +239,14 @@ def demo_bytes() -> dict[str, float]:
 #: runs of this script that one table cannot show; the VM's speed drifts by up to about 25 %
 NOTES = (
     "Before the lean topology (8b3e1ae, 2026-11-22, on an Intel Xeon VM, no passthrough measured): "
-    "23,000-24,700 samples/s, one process per stage. 2026-11-24 (this table, an AMD EPYC VM): the machine"
-    " was shared with four other sessions (load average 4-6 on 2 cores), so the rates drift by 1.5x "
-    "between runs of the same code (the bare passthrough read 42,300 samples/s in the run before this "
-    "one, 29,200 in this one; the pipeline 13,000 and 14,200). The stages are far from the passthrough: "
-    "per 200,000 samples the node stage is busy about 10 s (JSON decode about 40 %, the cleaner 20 %, the"
-    " bytes accounting's zstd 20 % before it was sampled) and the select stage 6-7 s (projection "
-    "pursuit's periods: the replay runs 300x faster than event time). p99 latency reads 0.8-1.8 s between"
+    "23,000-24,700 samples/s, one process per stage. 2026-11-24, an AMD EPYC VM shared with four other "
+    "sessions (load average 4-6 on 2 cores): rates drift by up to 2x between runs, so only the ratio "
+    "within one run counts. Runs of that day: after the topology, framing and sampled bytes accounting "
+    "(8c78474) the pipeline read 13,000 and 14,200 samples/s against a passthrough of 42,300 and 29,200 "
+    "(0.31x, 0.48x; node stage busy about 10 s, select 6-7 s per 200,000 samples); the recorded run (this"
+    " table) adds one thread pool per process for projection pursuit's restarts instead of one per "
+    "period, which cut the select stage's busy time to 2.5 s. py-spy of the node stage: JSON decode of "
+    "perf.raw about 40 % (orjson itself half of it), the cleaner 20 %. p99 latency read 0.8-1.8 s between"
     " runs."
 )
 
