@@ -465,7 +465,8 @@ class Clean(Transformer):
 
     def _state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         meta = {"keys": self.cols_.keys, "metrics": self.cols_.metrics}
-        return meta, {name: getattr(self, name) for name in self._ARRAYS}
+        nk = len(self.cols_.keys)  # the keys' rows only, not the spare capacity (fill values)
+        return meta, {name: getattr(self, name)[:nk] for name in self._ARRAYS}
 
     def _load_state(self, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
         self.cols_.load(meta["keys"], meta["metrics"])

@@ -25,6 +25,7 @@ from perfsift.operators._nws_constants import ADAPTIVE, HISTORY, RING, SORTED_WI
 from perfsift.operators._nws_rows import first_min, last_values, median_last, row_mean, row_median, trimmed_mean
 from perfsift.operators.base import Decider, warm_batch
 from perfsift.operators.batch import Batch
+from perfsift.operators.rounding import forecast_bounds
 
 GAINS = (0.05, 0.10, 0.15, 0.20, 0.30, 0.40, 0.50, 0.75)
 PRIMARIES = (
@@ -454,11 +455,11 @@ def forecast_records(out: Batch) -> list[dict[str, Any]]:
     """perf.forecast records (schemas/forecast.avsc): one per row and forecast metric."""
     recs = []
     nodes, jobs = out.node_names(), out.job_names()
-    sigma, method = out.extra["sigma"], out.extra["method"]
+    method = out.extra["method"]
     rows, cols = np.nonzero(~np.isnan(out.values))
-    for i, j in zip(rows.tolist(), cols.tolist(), strict=True):
-        f = float(out.values[i, j])
-        s = float(sigma[i, j])
+    fs, ss, lo, hi = forecast_bounds(out.values[rows, cols], out.extra["sigma"][rows, cols])
+    for n, (i, j) in enumerate(zip(rows.tolist(), cols.tolist(), strict=True)):
+        s = float(ss[n])
         known = s == s
         recs.append(
             {
@@ -466,10 +467,10 @@ def forecast_records(out: Batch) -> list[dict[str, Any]]:
                 "node": nodes[i],
                 "job": jobs[i],
                 "metric": out.metrics[j],
-                "forecast": f,
+                "forecast": float(fs[n]),
                 "sigma": s if known else None,
-                "lower": f - 2 * s if known else None,
-                "upper": f + 2 * s if known else None,
+                "lower": float(lo[n]) if known else None,
+                "upper": float(hi[n]) if known else None,
                 "method": PRIMARIES[int(method[i, j])],
             }
         )

@@ -60,6 +60,11 @@ class SlidingMean(Transformer):
     ----------
     window : int
         Number of samples w in the window (>= 1).
+    emit_every : int
+        Output every ``emit_every``-th sample of each (job, node) only: its ``emit_every``-th,
+        ``2·emit_every``-th, ... (counted over the key's whole stream, so the output does not depend
+        on the micro-batches). 1 (the default) is the full-rate stream; ``emit_every == window``
+        gives non-overlapping window means, each one warm (the default pipeline's setting).
 
     Examples
     --------
@@ -69,14 +74,21 @@ class SlidingMean(Transformer):
     ...                                     values=[[1.0], [3.0], [8.0]]))
     >>> out.values[:, 0].tolist(), out.extra["warm"].tolist()
     ([1.0, 2.0, 5.5], [False, True, True])
+    >>> op = SlidingMean(window=2, emit_every=2)
+    >>> op.update(Batch.from_columns(ts=[0, 1, 2, 3], nodes=["a"] * 4, metrics=["cpu"],
+    ...                              values=[[1.0], [3.0], [8.0], [2.0]])).values[:, 0].tolist()
+    [2.0, 5.0]
     """
 
-    def __init__(self, window: int = 10) -> None:
+    def __init__(self, window: int = 10, emit_every: int = 1) -> None:
         self.window = window
+        self.emit_every = emit_every
 
     def reset(self) -> None:
         if not isinstance(self.window, int) or self.window < 1:
             raise ValueError(f"window must be an integer >= 1, got {self.window!r}")
+        if not isinstance(self.emit_every, int) or self.emit_every < 1:
+            raise ValueError(f"emit_every must be an integer >= 1, got {self.emit_every!r}")
         self.cols_ = KeyedColumns()
         # last (window - 1) rows of every key, oldest first: [keys, window-1, metrics]
         self.buf_ = np.full((0, self.window - 1, 0), np.nan)
@@ -110,14 +122,16 @@ class SlidingMean(Transformer):
             means_sorted = sums[:, :n] / sums[:, n:]
         means = np.empty_like(means_sorted)
         means[order] = means_sorted
-        warm = np.empty(k, dtype=bool)
-        warm[order] = self.seen_[np.repeat(uniq, counts)] + rank + 1 >= w
+        count = np.empty(k, dtype=np.int64)  # the row's number in its key's stream, from 1
+        count[order] = self.seen_[np.repeat(uniq, counts)] + rank + 1
+        warm = count >= w
 
         if h:
             tail = (seg_start + counts)[:, None] + np.arange(h)
             self.buf_[np.ix_(uniq, np.arange(h), cols)] = padded[tail]
         self.seen_[uniq] += counts
-        return _smoothed(batch, means, warm=warm)
+        out = _smoothed(batch, means, warm=warm)
+        return out if self.emit_every == 1 else out.take(np.flatnonzero(count % self.emit_every == 0))
 
     def _state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         nk, nm = len(self.cols_.keys), len(self.cols_.metrics)

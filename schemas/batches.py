@@ -10,12 +10,14 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 import orjson
 from perfsift.operators.batch import Batch
 from perfsift.schemas.codecs import codec_for
+from perfsift.schemas.frames import decode_frame, is_frame
 from perfsift.schemas.records import MAX_METRICS, SEQ_MAX, SEQ_MIN, RecordError, validate_sample
 
 
@@ -232,8 +234,12 @@ def decode_samples(
 
     Returns ``(batch, kept, errors)``: ``kept[i]`` is the input position of batch row i, and each
     error names its input position via ``where`` (e.g. ``"perf.raw:3:1042"``). Bad records are
-    left out whole; the others are kept in input order.
+    left out whole; the others are kept in input order. Column frames
+    (:mod:`~perfsift.schemas.frames`) are recognised whatever ``codec``: each gives its rows, all
+    with the frame's input position in ``kept``.
     """
+    if any(map(is_frame, values)):
+        return _decode_with_frames(values, where, codec)
     if codec == "json":
         uniform = _decode_uniform(values)
         if uniform is not None:
@@ -293,3 +299,43 @@ def decode_samples(
         positions = [p for r, p in enumerate(positions) if r not in bad_rows]
         errors.sort(key=lambda e: e.index)
     return batch, positions, errors
+
+
+def _decode_with_frames(
+    values: Sequence[bytes | None], where: Callable[[int], str] | None, codec: str
+) -> tuple[Batch, list[int], list[RecordError]]:
+    """:func:`decode_samples` of messages some of which are column frames: each run of frames or of
+    records decoded on its own, the batches joined in input order."""
+    loc = where or (lambda i: f"record {i}")
+    batches: list[Batch] = []
+    kept: list[int] = []
+    errors: list[RecordError] = []
+    i = 0
+    while i < len(values):
+        j = i
+        framed = is_frame(values[i])
+        while j < len(values) and is_frame(values[j]) == framed:
+            j += 1
+        if framed:
+            for p in range(i, j):
+                try:
+                    b = decode_frame(values[p], loc(p))  # type: ignore[arg-type]
+                except RecordError as exc:
+                    exc.index = p
+                    errors.append(exc)
+                    continue
+                batches.append(replace(b, extra={}))  # as from JSON: extra fields are not passed on
+                kept += [p] * len(b)
+        else:
+
+            def here(q: int, start: int = i) -> str:
+                return loc(q + start)
+
+            b, pos, errs = decode_samples(values[i:j], here, codec)
+            batches.append(b)
+            kept += [p + i for p in pos]
+            for e in errs:
+                e.index += i
+            errors += errs
+        i = j
+    return Batch.concat(batches), kept, errors

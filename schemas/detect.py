@@ -8,7 +8,10 @@ Avro single-object            ``C3 01`` + the schema's CRC-64-AVRO fingerprint  
 Schema Registry Avro          ``00`` + 4-byte schema id (asked of the registry)    ``confluent-avro``
 JSON                          ``{`` or ``[`` (after white space)                   ``json``
 OTLP protobuf metrics         field 1 of ``ExportMetricsServiceRequest`` (``0A``)  ``otlp_proto``
+column frame (many samples)   ``PSF`` + version byte (:mod:`.frames`)              ``columns``
 ============================  ==================================================  ============
+
+A column frame decodes to the list of its samples; every other encoding to one record.
 
 Anything else is returned as text (``text``) or, when it is not UTF-8, as hex (``bytes``).
 Other framings plug in with :func:`register_decoder`; they are tried first, in the order they
@@ -25,6 +28,7 @@ from typing import Any
 
 import fastavro
 import orjson
+from perfsift.schemas.frames import decode_frame, is_frame
 from perfsift.schemas.records import SCHEMA_NAMES, RecordError, load_schema
 from perfsift.schemas.registry import HEADER_BYTES, MAGIC, SchemaRegistry, current_registry, schema_id_of
 
@@ -107,6 +111,10 @@ def decode_any(data: bytes | None, registry: SchemaRegistry | None = None) -> De
     for name, matches, decode in _PLUGINS:
         if matches(data):
             return Decoded(decode(data), name)
+    if is_frame(data):
+        from perfsift.schemas.batches import batch_to_samples
+
+        return Decoded(batch_to_samples(decode_frame(data)), "columns")
     if data.startswith(_AVRO_MARKER) and len(data) >= 10:
         return Decoded(_avro(data), "avro")
     if len(data) >= HEADER_BYTES and data[0] == MAGIC:

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import orjson
 from perfsift.operators.batch import Batch
+from perfsift.operators.rounding import forecast_bounds
 from perfsift.schemas.batches import batch_to_samples
 from perfsift.schemas.codecs import codec_for
 
@@ -75,8 +76,7 @@ def encode_forecasts(out: Batch, methods: Sequence[str]) -> tuple[list[bytes], l
     rows, cols = np.nonzero(~np.isnan(out.values))
     if not len(rows):
         return [], []
-    f = out.values[rows, cols]
-    s = out.extra["sigma"][rows, cols]
+    f, s, lower, upper = forecast_bounds(out.values[rows, cols], out.extra["sigma"][rows, cols])
     node_json = [orjson.dumps(n) for n in out.nodes]
     job_json = [orjson.dumps(j) for j in out.jobs]
     metric_json = [orjson.dumps(m) for m in out.metrics]
@@ -89,8 +89,8 @@ def encode_forecasts(out: Batch, methods: Sequence[str]) -> tuple[list[bytes], l
         [metric_json[j] for j in cols.tolist()],
         json_cells(f),
         json_cells(s),
-        json_cells(f - 2 * s),
-        json_cells(f + 2 * s),
+        json_cells(lower),
+        json_cells(upper),
         [method_json[m] for m in out.extra["method"][rows, cols].astype(np.int64).tolist()],
     ]
     template = b'{"ts":%s,"node":%s,"job":%s,"metric":%s,"forecast":%s,"sigma":%s,"lower":%s,"upper":%s,"method":%s}'

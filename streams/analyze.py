@@ -22,6 +22,7 @@ from perfsift.producers.traces import TraceWriter, iter_samples
 from perfsift.schemas import RecordError, batch_to_samples, decode_samples
 from perfsift.streams.config import PipelineConfig, StageConfig
 from perfsift.streams.stage import Chain, Emitted, StageStats, merge_summaries
+from perfsift.streams.volume import written_bytes
 
 #: topic -> output file name (topics not listed are not written)
 FILES = {
@@ -43,7 +44,7 @@ class Analysis:
         out_dir.mkdir(parents=True, exist_ok=True)
         self.order = self._topological(cfg)
         # JSON between the stages whatever the pipeline's wire encoding: the outputs are JSON-lines files
-        self.chains = {st.name: Chain(st, "json") for st in self.order}
+        self.chains = {st.name: Chain(st, "json", cfg.framing) for st in self.order}
         self.stats = {st.name: StageStats(st.name) for st in self.order}
         self.files: dict[str, IO[bytes]] = {}
         self.sddf: TraceWriter | None = TraceWriter(out_dir / "reduced.sddf") if sddf else None
@@ -90,7 +91,7 @@ class Analysis:
             values = wire.get(st.input, [])
             if values:
                 stats.records_in += len(values)
-                stats.bytes_in += sum(map(len, values))
+                stats.count_in(st.input, values)  # type: ignore[arg-type]
 
                 def where(i: int, topic: str = st.input) -> str:
                     return f"{topic}[{i}]"
@@ -149,9 +150,14 @@ class Analysis:
     def summary(self) -> dict[str, Any]:
         raw = self.stats[self.order[0].name].bytes_in if self.order else 0
         reduced = self.topic_bytes.get("perf.reduced", 0)
-        smoothed = self.topic_bytes.get("perf.smoothed", 0)
         per_job = merge_summaries(chain.summary() for chain in self.chains.values())
+        first = self.stats[self.order[0].name] if self.order else None
+        raw_bytes = first.wire_in.as_dict().get("perf.raw", {}) if first is not None else {}
+        volume = written_bytes(raw_bytes, [s.wire_out.as_dict() for s in self.stats.values()])
         return {
+            "bytes_written_ratio": volume["bytes_written_ratio"],
+            "bytes_written_compressed_ratio": volume["bytes_written_compressed_ratio"],
+            "bytes": volume,
             "stages": {
                 name: {
                     "records_in": s.records_in,
@@ -167,11 +173,19 @@ class Analysis:
             "topics": {t: {"records": n, "bytes": self.topic_bytes.get(t, 0)} for t, n in self.topic_counts.items()},
             "bytes_raw": raw,
             "bytes_reduced": reduced,
-            "reduction_ratio": reduced / smoothed if smoothed else None,
+            # metric values the reduced stream carries / values in (framing-independent)
+            "reduction_ratio": values_ratio(per_job),
             "reduction_ratio_vs_raw": reduced / raw if raw else None,
             "jobs": per_job,
             "rejected": len(self.errors),
         }
+
+
+def values_ratio(jobs: dict[str, dict[str, Any]]) -> float | None:
+    """Metric values sent on the reduced stream / values in, over every job (None without a
+    reduce stage)."""
+    v_in = sum(j.get("values_in", 0) for j in jobs.values())
+    return sum(j.get("values_out", 0) for j in jobs.values()) / v_in if v_in else None
 
 
 def analyze(

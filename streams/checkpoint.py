@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import logging
+import struct
 import time
 import uuid
 from typing import Any
@@ -23,6 +24,24 @@ from perfsift.streams.logs import kafka_logger
 from perfsift.streams.stage import Chain, StageError
 
 log = logging.getLogger("perfsift.runner")
+_STATE_MAGIC = b"PSS\x01"
+_LEN = struct.Struct("<I")
+
+
+def parse_record(value: bytes) -> dict[str, Any]:
+    """A snapshot record as a dict whose ``operators`` are the snapshots' bytes (the binary
+    record), or their base64 text (the JSON records of earlier versions)."""
+    if not value.startswith(_STATE_MAGIC):
+        return orjson.loads(value)
+    (n,) = _LEN.unpack_from(value, 4)
+    rec: dict[str, Any] = orjson.loads(value[8 : 8 + n])
+    pos, snaps = 8 + n, []
+    while pos < len(value):
+        (k,) = _LEN.unpack_from(value, pos)
+        snaps.append(value[pos + 4 : pos + 4 + k])
+        pos += 4 + k
+    rec["operators"] = snaps
+    return rec
 
 
 class Checkpoints:
@@ -44,17 +63,23 @@ class Checkpoints:
         return partition % self.partitions
 
     def record(self, topic: str, partition: int, next_offset: int, chain: Chain, fingerprint: str) -> bytes:
-        snaps = [base64.b64encode(op.snapshot()).decode() for op in chain.operators]
-        return orjson.dumps(
+        """The snapshot record: ``PSS\x01``, a u32 length and a JSON header (stage, topic,
+        partition, next_offset, fingerprint), then each operator's snapshot as a u32 length and its
+        bytes (binary, not base64 in JSON: a third smaller, and zstd compresses it better)."""
+        head = orjson.dumps(
             {
                 "stage": self.stage,
                 "topic": topic,
                 "partition": partition,
                 "next_offset": next_offset,
                 "fingerprint": fingerprint,
-                "operators": snaps,
             }
         )
+        parts = [_STATE_MAGIC, _LEN.pack(len(head)), head]
+        for op in chain.operators:
+            snap = op.snapshot()
+            parts += [_LEN.pack(len(snap)), snap]
+        return b"".join(parts)
 
     def restore(self, chain: Chain, snap: dict[str, Any], fingerprint: str, where_: str) -> int | None:
         """Load a snapshot record into ``chain``; the offset to resume from, or None (with a log
@@ -64,7 +89,7 @@ class Checkpoints:
             return None
         try:
             for op, blob in zip(chain.operators, snap["operators"], strict=True):
-                op.restore(base64.b64decode(blob))
+                op.restore(blob if isinstance(blob, bytes) else base64.b64decode(blob))
         except (SnapshotError, ValueError) as exc:
             log.warning("stage %s: cannot restore %s (%s); starting fresh", self.stage, where_, exc)
             chain.reset()
@@ -109,7 +134,7 @@ class Checkpoints:
                     _, sp, offset = where(m)
                     p = wanted.get(m.key() or b"")
                     if p is not None:
-                        found[p] = orjson.loads(m.value() or b"null")
+                        found[p] = parse_record(m.value() or b"null")
                     if offset >= pending.get(sp, 1 << 62):
                         pending.pop(sp, None)
             if pending:

@@ -33,6 +33,7 @@ GUARANTEES = ("auto", "at_least_once", "exactly_once")
 ENCODINGS = ("json", "avro", "confluent-avro")
 #: the topic of ``otlp_out: true``
 OTLP_TOPIC = "perf.reduced.otlp"
+FRAMINGS = ("columns", "records")
 #: operators whose pipeline-file parameters name a source that the runtime reads for them
 _SOURCES: dict[str, Callable[[Mapping[str, Any]], dict[str, Any]]] = {"clean": clean_params}
 #: the ``emit:`` values older pipeline files state (it now follows from the last operator's role)
@@ -110,6 +111,10 @@ class PipelineConfig:
     replication: int = 1
     retention_ms: int = 7 * 24 * 3600 * 1000
     encoding: str = "json"
+    #: ``columns``: the topics only perfsift reads (TOPICS' ``framed``) carry column frames of many
+    #: samples per message (the packaged pipeline file's setting); ``records``: one record per
+    #: sample everywhere (the built-in default, for pipeline files that do not say)
+    framing: str = "records"
     guarantee: str = "auto"
     batch_size: int = 5000
     batch_timeout_s: float = 0.1
@@ -198,6 +203,7 @@ _SCALARS: dict[str, type] = {
     "replication": int,
     "retention_ms": int,
     "encoding": str,
+    "framing": str,
     "guarantee": str,
     "batch_size": int,
     "batch_timeout_s": float,
@@ -340,6 +346,8 @@ def load_pipeline(
         raise ConfigError(f"{source}: encoding must be 'json', 'avro' or 'confluent-avro', got {cfg.encoding!r}")
     if cfg.encoding == "confluent-avro" and not registry.get("url"):
         raise ConfigError(f"{source}: encoding confluent-avro needs schema_registry.url (or PERFSIFT_SR_URL)")
+    if cfg.framing not in FRAMINGS:
+        raise ConfigError(f"{source}: framing must be 'columns' or 'records', got {cfg.framing!r}")
     if cfg.partitions < 1 or cfg.batch_size < 1:
         raise ConfigError(f"{source}: partitions and batch_size must be >= 1")
     return cfg
@@ -377,7 +385,8 @@ def parse_settings(items: list[str] | None) -> dict[str, str]:
 
 def with_options(cfg: PipelineConfig, perf_metric: str | None = None, contract: Path | None = None) -> PipelineConfig:
     """The pipeline with statistical data reduction on ``perf_metric`` joined to every reduce
-    operator, and a contract stage (perf.smoothed -> perf.contract) for ``contract``."""
+    operator, and a contract stage (perf.smoothed, or perf.smoothed.byjob when no stage writes
+    perf.smoothed -> perf.contract) for ``contract``."""
     stages = dict(cfg.stages)
     if perf_metric:
         for name, st in stages.items():
@@ -392,7 +401,11 @@ def with_options(cfg: PipelineConfig, perf_metric: str | None = None, contract: 
             )
             stages[name] = replace(st, operators=ops)
     if contract is not None:
+        # the node-keyed smoothed stream when a stage writes it; else the job-keyed one (the lean
+        # default's only smoothed topic: a job's nodes then share a partition)
+        written = {t for st in stages.values() for t in st.written}
+        source = "perf.smoothed" if "perf.smoothed" in written or not written else "perf.smoothed.byjob"
         stages["contract"] = StageConfig(
-            "contract", "perf.smoothed", ("perf.contract",), (OperatorSpec("contract", {"contract": str(contract)}),)
+            "contract", source, ("perf.contract",), (OperatorSpec("contract", {"contract": str(contract)}),)
         )
     return replace(cfg, stages=stages)

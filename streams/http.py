@@ -125,6 +125,32 @@ def runner_metrics(
     yield kafka
 
 
+def byte_metrics(stage: str, s: StageStats) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+    """Bytes read and written per topic (state snapshots included), as payload and as zstd
+    compressed (streams/volume.py), and what the stage writes as a ratio to what it reads. The
+    pipeline's ratio to raw: ``sum(perfsift_topic_bytes_written_total{kind="payload"}) /
+    sum(perfsift_topic_bytes_read_total{topic="perf.raw",kind="payload"})``."""
+    for name, doc, table in (
+        ("perfsift_topic_bytes_read", "bytes consumed per input topic", s.wire_in),
+        ("perfsift_topic_bytes_written", "bytes produced per topic, state snapshots included", s.wire_out),
+    ):
+        c = CounterMetricFamily(name, f"{doc} (kind: payload, or zstd-compressed)", labels=["stage", "topic", "kind"])
+        for topic in sorted(table.payload):
+            c.add_metric([stage, topic, "payload"], table.payload[topic])
+            c.add_metric([stage, topic, "compressed"], table.compressed[topic])
+        yield c
+    ratio = GaugeMetricFamily(
+        "perfsift_bytes_written_ratio", "bytes the stage wrote / bytes it read", labels=["stage", "kind"]
+    )
+    for kind, read, written in (
+        ("payload", s.wire_in.payload, s.wire_out.payload),
+        ("compressed", s.wire_in.compressed, s.wire_out.compressed),
+    ):
+        if sum(read.values()):
+            ratio.add_metric([stage, kind], sum(written.values()) / sum(read.values()))
+    yield ratio
+
+
 class _RunnerCollector(Collector):
     def __init__(self, runner: StageRunner) -> None:
         self.runner = runner
@@ -150,6 +176,7 @@ class _RunnerCollector(Collector):
         for topic, n in sorted(s.by_topic.items()):
             per_topic.add_metric([stage, topic], n)
         yield per_topic
+        yield from byte_metrics(stage, s)
         lag = GaugeMetricFamily(
             "perfsift_consumer_lag", "approximate lag per input partition", labels=["stage", "partition"]
         )

@@ -21,7 +21,7 @@ from perfsift.producers.traces import iter_samples
 from perfsift.schemas import RecordError
 from perfsift.schemas.detect import decode_any
 from perfsift.streams.adaptive import replay_adaptive
-from perfsift.streams.analyze import FILES
+from perfsift.streams.analyze import FILES, values_ratio
 from perfsift.streams.clients import read_topic_to_end
 from perfsift.streams.config import PipelineConfig
 from perfsift.streams.ingest.stage import stage_runner
@@ -31,6 +31,7 @@ from perfsift.streams.replay import replay
 from perfsift.streams.report import build_report, write_atomic
 from perfsift.streams.runner import StageRunner, run_in_thread, wait_assigned
 from perfsift.streams.stage import merge_summaries
+from perfsift.streams.volume import written_bytes
 from rich.console import Console
 
 #: where ``perfsift run`` on the embedded broker writes its report unless told otherwise
@@ -162,9 +163,20 @@ class LocalRun:
             r.stop()
         self._join()
 
+    def volume(self) -> dict[str, Any]:
+        """Bytes read from perf.raw and written to every topic (state snapshots included), payload
+        and compressed, and as ratios to the raw bytes (:func:`written_bytes`)."""
+        first = next((r for r in self.runners if r.stage.input == "perf.raw"), None)
+        raw: dict[str, int] = first.stats.wire_in.as_dict().get("perf.raw", {}) if first is not None else {}
+        return written_bytes(raw, [r.stats.wire_out.as_dict() for r in self.runners])
+
     def summary(self, elapsed: float, jobs: dict[str, dict[str, Any]]) -> dict[str, Any]:
         """The run as ``--summary-json`` writes it."""
+        volume = self.volume()
         return {
+            "bytes_written_ratio": volume["bytes_written_ratio"],
+            "bytes_written_compressed_ratio": volume["bytes_written_compressed_ratio"],
+            "bytes": volume,
             "published": self.published,
             "rejected_lines": len(self.errors),
             "elapsed_s": round(elapsed, 3),
@@ -192,10 +204,16 @@ class LocalRun:
         """The stages' counts and the reduction ratio in ``folder/summary.json``, and the HTML report
         on the outputs there (``live``: a page that reloads itself); returns the page's path."""
         stages = {r.stage.name: r.stats.as_dict() for r in self.runners}
-        summary: dict[str, Any] = {"stages": stages}
+        volume = self.volume()
+        summary: dict[str, Any] = {
+            "bytes_written_ratio": volume["bytes_written_ratio"],
+            "bytes_written_compressed_ratio": volume["bytes_written_compressed_ratio"],
+            "bytes": volume,
+            "stages": stages,
+        }
+        summary["reduction_ratio"] = values_ratio(self.jobs())  # metric values out / in
         smoothed = sum(s["bytes_in"] for n, s in stages.items() if self.cfg.stage(n).input == "perf.smoothed.byjob")
         reduced = sum(s["bytes_out"] for n, s in stages.items() if "perf.reduced" in self.cfg.stage(n).outputs)
-        summary["reduction_ratio"] = reduced / smoothed if smoothed else None
         raw = sum(s["bytes_in"] for n, s in stages.items() if self.cfg.stage(n).input == "perf.raw")
         summary.update(bytes_raw=raw, bytes_smoothed=smoothed, bytes_reduced=reduced)  # as perfsift analyze
         write_atomic(folder / "summary.json", orjson.dumps(summary, option=orjson.OPT_INDENT_2))

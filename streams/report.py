@@ -31,6 +31,7 @@ from perfsift.streams.findings import (
     stood_apart,
 )
 from perfsift.streams.plots import kept_spans, plot_predictions, plot_r2, plot_reduction, plot_selection, plot_traces
+from perfsift.streams.volume import bytes_table
 
 PAGE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>perfsift report</title>{refresh}
@@ -242,6 +243,15 @@ def bytes_section(f: Folder) -> tuple[bytes, str] | str:
         for n, s in (stages.items() if isinstance(stages, dict) else [])
     ]  # fmt: skip
     table = _table(["stage", "records in", "records out", "MB in", "MB out", "dead letters"], rows) if rows else ""
+    volume = f.summary.get("bytes")
+    if isinstance(volume, dict) and volume.get(
+        "topics"
+    ):  # every topic written, payload and zstd (perfsift run, analyze)
+        table += _table(["topic", "MB", "× raw", "MB zstd", "× raw zstd"], [list(r) for r in bytes_table(volume)])
+        table += (
+            '<p class="note">Payload: the message values; zstd: each topic\'s messages of a micro-batch '
+            "compressed together, as a producer compresses a record batch.</p>"
+        )
     extra = ""
     if f.reduced:
         extra = _img(png(plot_reduction, f.reduced), "cumulative metric values sent")

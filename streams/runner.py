@@ -104,7 +104,7 @@ class StageRunner:
         self._dlq_topic = pipeline.topic(DEADLETTER_TOPIC)
         state_topic = pipeline.topic(STATE_TOPIC)
         self._checkpoints = Checkpoints(kafka, self.group_id, state_topic, pipeline.partitions, stage.name)
-        self._template = Chain(stage, pipeline.encoding)
+        self._template = Chain(stage, pipeline.encoding, pipeline.framing)
         self._outputs = StageOutputs(pipeline, stage)  # registry subjects, OTLP out
         self._fingerprint = self._template.fingerprint()  # the template also serves the warm-up
         self._consumer: Consumer | None = None
@@ -331,7 +331,7 @@ class StageRunner:
                 emitted = part.chain.process(batch)
             except Exception as exc:  # an operator failed on this batch: park its records, go on
                 log.exception("stage %s: operator failed on %s:%s", self.stage.name, topic, partition)
-                for i in kept:
+                for i in dict.fromkeys(kept):  # a column frame's rows: its message once
                     self._dead_letter(ms[pos[i]], f"processing failed: {type(exc).__name__}: {exc}"[:1000],
                                       "operator_failed")  # fmt: skip
             else:
@@ -341,7 +341,7 @@ class StageRunner:
         # counted once the batch is through the chain: a reader that sees every record counted
         # (perfsift run's end-of-input check) then also sees the operators' state after them
         self.stats.records_in += len(ms)
-        self.stats.bytes_in += sum(len(v) for v in values if v is not None)
+        self.stats.count_in(self.stage.input, values)
 
     def _emit(self, emitted: Emitted) -> None:
         self.stats.records_out += emitted.records
@@ -377,7 +377,7 @@ class StageRunner:
             cp = self._checkpoints
             for (t, p), part in dirty:
                 record = cp.record(t, p, part.next_offset, part.chain, self._fingerprint)  # type: ignore[arg-type]
-                self._produce(cp.topic, record, cp.key(t, p), partition=cp.partition(p))
+                self._produce(cp.topic, self.stats.count_state(record), cp.key(t, p), partition=cp.partition(p))
         if self.exactly_once:
             self._ensure_transaction()
             self._producer.send_offsets_to_transaction(offsets, self._consumer.consumer_group_metadata(), 30)
@@ -419,7 +419,7 @@ class StageRunner:
             snapshots = self._checkpoints.load(self._in_topic, numbers, self.exactly_once)
         restored: list[int] = []
         for tp in partitions:
-            part = _Partition(Chain(self.stage, self.pipeline.encoding), Guard(self.pipeline.limits))
+            part = _Partition(self._template.fresh(), Guard(self.pipeline.limits))
             snap = snapshots.get(tp.partition)
             if snap is not None:
                 offset = self._checkpoints.restore(part.chain, snap, self._fingerprint, f"{tp.topic}:{tp.partition}")

@@ -20,9 +20,11 @@ from perfsift.operators import Batch, Decider, Operator, Output, Router
 from perfsift.operators.forecast import PRIMARIES
 from perfsift.schemas import encode_batch, encode_records
 from perfsift.schemas.encode import encode_forecasts
+from perfsift.schemas.frames import encode_frames
 from perfsift.streams.config import StageConfig
 from perfsift.streams.limits import LIMIT_REASONS
-from perfsift.streams.topics import key_of
+from perfsift.streams.topics import STATE_TOPIC, framed, key_of
+from perfsift.streams.volume import TopicBytes
 
 #: per topic (logical name): encoded records and their message keys
 Encoded = dict[str, tuple[list[bytes], list[bytes]]]
@@ -79,6 +81,10 @@ class StageStats:
     dead_by_reason: dict[str, int] = field(default_factory=dict)
     #: the chosen librdkafka statistics of the stage's clients, by (client, statistic)
     kafka: dict[tuple[str, str], float] = field(default_factory=dict)
+    #: messages, payload and compressed bytes read (the input topic) and written, per topic
+    #: (:mod:`~perfsift.streams.volume`); written includes the state snapshots
+    wire_in: TopicBytes = field(default_factory=TopicBytes)
+    wire_out: TopicBytes = field(default_factory=TopicBytes)
 
     def observe_batch(self, seconds: float) -> None:
         """One processed batch of ``seconds`` into the duration histogram."""
@@ -97,6 +103,17 @@ class StageStats:
         for name, (values, _) in encoded.items():
             self.bytes_out += sum(map(len, values))
             self.by_topic[name] = self.by_topic.get(name, 0) + len(values)
+            self.wire_out.add(name, values)
+
+    def count_in(self, topic: str, values: list[bytes | None]) -> None:
+        """Bytes of one micro-batch read from ``topic`` (logical name)."""
+        self.bytes_in += sum(len(v) for v in values if v is not None)
+        self.wire_in.add(topic, values)
+
+    def count_state(self, value: bytes) -> bytes:
+        """``value``, counted as a state snapshot written to perf.state; for inline use."""
+        self.wire_out.add(STATE_TOPIC, [value])
+        return value
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -112,6 +129,8 @@ class StageStats:
             "lag": sum(self.lag.values()),
             "busy_s": round(self.busy_s, 3),
             "by_topic": dict(self.by_topic),
+            "bytes_read": self.wire_in.as_dict(),
+            "bytes_written": self.wire_out.as_dict(),
         }
 
 
@@ -131,10 +150,16 @@ class Emitted:
 class Chain:
     """One stage's operators, fresh, for one stream of samples (see the module docstring)."""
 
-    def __init__(self, stage: StageConfig, encoding: str) -> None:
+    def __init__(self, stage: StageConfig, encoding: str, framing: str = "records") -> None:
         self.stage = stage
         self.encoding = encoding
+        #: ``columns``: samples to the topics only perfsift reads go out as column frames
+        self.framing = framing
         self.operators = stage.build_chain()
+
+    def fresh(self) -> Chain:
+        """A new chain of the same stage, encoding and framing (fresh operators, no state)."""
+        return Chain(self.stage, self.encoding, self.framing)
 
     def fingerprint(self) -> str:
         """The operators' fingerprints: the key the chain's state is valid for."""
@@ -162,7 +187,7 @@ class Chain:
             if spec.publish:  # only transformers publish (the pipeline file is checked for it)
                 taps.append((spec.publish, out))
         emitted = self._encode(out)
-        for topic, (values, keys) in encode_samples(taps, self.encoding).items():
+        for topic, (values, keys) in encode_samples(taps, self.encoding, self.framing).items():
             have = emitted.topics.setdefault(topic, ([], []))
             have[0].extend(values)
             have[1].extend(keys)
@@ -182,7 +207,7 @@ class Chain:
             return Emitted({t: (values, keys) for t in self.stage.outputs}, len(values), out)
         if not isinstance(out, Batch):  # a transformer that broke its contract
             raise StageError(f"stage {self.stage.name}: {type(last).__name__} must return a batch of samples")
-        return Emitted(encode_samples([(self.stage.outputs, out)], self.encoding), len(out), out)
+        return Emitted(encode_samples([(self.stage.outputs, out)], self.encoding, self.framing), len(out), out)
 
     def _encode_routed(self, router: Router, out: dict[str, list[Any]]) -> tuple[Encoded, int]:
         result: Encoded = {}
@@ -220,15 +245,23 @@ def batch_keys(batch: Batch, key: str) -> list[bytes]:
     return [encoded[i] for i in idx.tolist()]
 
 
-def encode_samples(taps: Taps, encoding: str) -> Encoded:
-    """Sample batches, each for some topics, as (encoded samples, message keys) per topic: each
-    batch is encoded once and keyed per topic by the topic's key (node, or job for
-    ``perf.smoothed.byjob``)."""
+def encode_samples(taps: Taps, encoding: str, framing: str = "records") -> Encoded:
+    """Sample batches, each for some topics, as (encoded messages, message keys) per topic: one
+    record per sample, each batch encoded once and keyed per topic by the topic's key (node, or job
+    for ``perf.smoothed.byjob``); with ``framing="columns"``, column frames (one per key and batch,
+    :func:`~perfsift.schemas.frames.encode_frames`) on the topics that only perfsift reads."""
     result: Encoded = {}
     for topics, batch in taps:
-        encoded = encode_batch(batch, encoding)
+        encoded: list[bytes] | None = None
         for t in topics:
             enc, keys = result.setdefault(t, ([], []))
+            if framing == "columns" and framed(t):
+                frames, frame_keys = encode_frames(batch, key_of(t))
+                enc += frames
+                keys += frame_keys
+                continue
+            if encoded is None:
+                encoded = encode_batch(batch, encoding)
             enc += encoded
             keys += batch_keys(batch, key_of(t))
     return result

@@ -21,6 +21,9 @@ class TopicSpec:
     schema: str
     what: str
     compacted: bool = False
+    #: read only by perfsift's own stages: column frames of many samples per message (pipeline
+    #: ``framing: columns``, the default) rather than one record per sample
+    framed: bool = False
 
 
 STATE_TOPIC = "perf.state"
@@ -32,8 +35,10 @@ TOPICS: dict[str, TopicSpec] = {
     for t in [
         TopicSpec("perf.raw", "node", "sample", "samples as published"),
         TopicSpec("perf.clean", "node", "sample", "outliers handled, missing values imputed, counters scaled"),
-        TopicSpec("perf.smoothed", "node", "sample", "sliding-window averages"),
-        TopicSpec("perf.smoothed.byjob", "job", "sample", "the same, keyed by job for cross-node stages (pursuit)"),
+        TopicSpec("perf.smoothed", "node", "sample", "sliding-window averages (optional)", framed=True),
+        TopicSpec(
+            "perf.smoothed.byjob", "job", "sample", "sliding-window averages keyed by job (pursuit)", framed=True
+        ),
         TopicSpec("perf.selection", "job", "selection", "decisions: metrics chosen, scores, version", True),
         TopicSpec("perf.reduced", "node", "reduced", "smoothed samples with only the selected metrics"),
         TopicSpec("perf.contract", "node", "contract", "contract evaluation per node"),
@@ -68,3 +73,10 @@ def topic_configs(compacted: bool, retention_ms: int) -> dict[str, str]:
     if compacted:
         return {"cleanup.policy": "compact", "retention.ms": "-1", "max.message.bytes": "16777216"}
     return {"cleanup.policy": "delete", "retention.ms": str(retention_ms)}
+
+
+def framed(topic: str) -> bool:
+    """Whether ``topic`` (a logical name) carries column frames when the pipeline's framing is
+    ``columns``."""
+    spec = TOPICS.get(topic)
+    return spec is not None and spec.framed

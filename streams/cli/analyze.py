@@ -46,8 +46,11 @@ def analyze_command(
                   f"{s['bytes_out'] / 1e6:.2f}", f"{s['seconds']:.2f}")  # fmt: skip
     out.print(t)
     if summary["reduction_ratio"] is not None:
-        out.print(f"reduced stream: {summary['reduction_ratio']:.1%} of the smoothed bytes "
-                  f"({summary['reduction_ratio_vs_raw']:.1%} of the raw bytes)")  # fmt: skip
+        out.print(f"reduced stream: {summary['reduction_ratio']:.1%} of the smoothed metric values, "
+                  f"{summary['reduction_ratio_vs_raw']:.1%} of the raw bytes")  # fmt: skip
+    b = summary["bytes"]
+    out.print(f"bytes written (state snapshots not included offline): {b['bytes_written_ratio']:.3f} x raw, "
+              f"{b['bytes_written_compressed_ratio']:.3f} x raw zstd-compressed")  # fmt: skip
     for job, j in summary["jobs"].items():
         kept = ", ".join(j["kept"] or ["everything"])
         out.print(f"  {job}: kept {kept} (selection version {j['selection_version']}); "

@@ -34,6 +34,7 @@ from perfsift.streams.live import LiveReport
 from perfsift.streams.local import DEFAULT_REPORT, LocalRun
 from perfsift.streams.logs import LogFormat, current_logging
 from perfsift.streams.stage import StageError
+from perfsift.streams.volume import bytes_table
 from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
@@ -313,6 +314,7 @@ def _print_summary(local: LocalRun, elapsed: float, caption: str | None, follow:
     """The stages' table and a line: with ``follow`` how much was read, otherwise whether every
     stage processed every record."""
     out.print(_stats_table(local, elapsed, caption))
+    out.print(_bytes_table(local.volume()))
     dead = sum(r.stats.dead_letters for r in local.runners)
     if follow:  # live input: no count to check against
         first = [r for r in local.runners if r.stage.input == "perf.raw"]
@@ -344,6 +346,17 @@ def _stats_table(local: LocalRun, elapsed: float, caption: str | None) -> Table:
             f"{s.bytes_out / 1e6:,.2f}",
             f"{rate:,.0f}",
         )
+    return t
+
+
+def _bytes_table(volume: dict[str, Any]) -> Table:
+    """Bytes per topic written by the pipeline (state snapshots included), payload and zstd
+    compressed, and as a ratio to what was read from perf.raw (:mod:`perfsift.streams.volume`)."""
+    t = Table(title="bytes written (payload and zstd-compressed, × perf.raw's)")
+    for col in ("topic", "MB", "× raw", "MB zstd", "× raw zstd"):
+        t.add_column(col, justify="right" if col != "topic" else "left")
+    for row in bytes_table(volume):
+        t.add_row(*row)
     return t
 
 

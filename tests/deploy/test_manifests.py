@@ -384,7 +384,9 @@ def test_base_pipeline_is_the_packaged_default_with_the_node_stage_apart() -> No
     node = default.stages["node"]
     assert (clean.input, clean.outputs, smooth.input) == ("perf.raw", ("perf.clean",), "perf.clean")
     assert (forecast.input, forecast.role, forecast.outputs) == ("perf.smoothed", node.role, node.outputs)
-    assert (node.input, node.outputs, node.tapped) == (clean.input, forecast.outputs, smooth.outputs)
+    assert (node.input, node.outputs) == (clean.input, forecast.outputs)
+    # the smooth stage writes what the node stage taps, plus the node-keyed topic the forecast stage reads
+    assert smooth.outputs == (*node.tapped, forecast.input)
     ops = [(op.type, op.params) for op in node.operators]
     assert ops == [(op.type, op.params) for op in clean.operators + smooth.operators + forecast.operators]
     rest = {n: s for n, s in k8s.stages.items() if n not in ("clean", "smooth", "forecast")}

@@ -19,11 +19,21 @@ from tests.conftest import read_topic
 from tests.e2e.cli import perfsift
 
 
-def pipeline_file(tmp_path: Path, prefix: str, extra: str = "", tap_clean: bool = False) -> Path:
+def pipeline_file(
+    tmp_path: Path, prefix: str, extra: str = "", tap_clean: bool = False, full_rate: bool = False
+) -> Path:
     """The default pipeline with a topic prefix; ``tap_clean`` turns on the commented
-    ``publish: [perf.clean]`` of the node stage's cleaner."""
+    ``publish: [perf.clean]`` of the node stage's cleaner; ``full_rate`` publishes one smoothed
+    record per sample on perf.smoothed and perf.smoothed.byjob (not the lean default: column
+    frames of one mean per window on perf.smoothed.byjob only)."""
     path = tmp_path / "pipeline.yaml"
     text = default_pipeline_path().read_text().replace('topic_prefix: ""', f'topic_prefix: "{prefix}"')
+    if full_rate:
+        both = "publish: [perf.smoothed, perf.smoothed.byjob]"
+        for lean, full in [("framing: columns", "framing: records"), ("emit_every: 10", "emit_every: 1"),
+                           ("publish: [perf.smoothed.byjob]", both)]:  # fmt: skip
+            assert lean in text
+            text = text.replace(lean, full)
     if tap_clean:
         assert "#   publish: [perf.clean]" in text
         text = text.replace("#   publish: [perf.clean]", "publish: [perf.clean]")
@@ -52,6 +62,8 @@ def test_streaming_run_conserves_samples_and_matches_analyze(kafka: dict, prefix
                  "--speed", "100", "--summary-json", str(tmp_path / "run.json"), timeout=400)  # fmt: skip
     assert r.returncode == 0, r.stderr[-3000:]
     n = len(samples)
+    # the node stage emits one smoothed mean every emit_every (= window = 10) samples of a node
+    n_out = sum(c // 10 for c in Counter(s["node"] for s in samples).values())
     # Read back every record the run says it produced: stopping at a count short of that (as this
     # test once did) can stop mid-partition and count the unread tail as held.
     run = json.loads((tmp_path / "run.json").read_text())
@@ -64,7 +76,7 @@ def test_streaming_run_conserves_samples_and_matches_analyze(kafka: dict, prefix
     dead = read_topic(kafka, f"{prefix}perf.deadletter", lambda rs: False, timeout=3)
     streamed = dedup(reduced, ("job", "node", "seq"))
     # every sample reached perf.reduced (the last open period is still held) or the dead-letter topic
-    held = n - len(streamed) - len(dead)
+    held = n_out - len(streamed) - len(dead)
     assert 0 <= held <= 12 * 31, (held, produced, len(reduced))  # at most one period of the 12 nodes
     assert Counter(node for _, node, _ in streamed) and not dead
     picks = Counter(m for s in selections if not s["skipped"] for m in s["selected"])
@@ -76,7 +88,7 @@ def test_streaming_run_conserves_samples_and_matches_analyze(kafka: dict, prefix
     offline = {
         (x["job"], x["node"], x["seq"]): x for x in map(json.loads, (out / "reduced.jsonl").read_text().splitlines())
     }
-    assert len(offline) == n
+    assert len(offline) == n_out
     differ = [(v, offline[k]) for k, v in streamed.items() if offline[k] != v]
     assert not differ, (
         len(differ),
@@ -97,12 +109,12 @@ def test_streaming_run_conserves_samples_and_matches_analyze(kafka: dict, prefix
     on_sel = sorted(dedup(selections, ("job", "period_start")).values(), key=lambda s: s["period_start"])
     assert on_sel == off_sel[: len(on_sel)] and len(off_sel) - len(on_sel) <= 2  # the tail closes offline
     summary = json.loads((out / "summary.json").read_text())
-    assert 0 < summary["reduction_ratio"] < 0.8 and summary["stages"]["select"]["records_in"] == n
+    assert 0 < summary["reduction_ratio"] < 0.8 and summary["stages"]["node"]["records_in"] == n
 
 
 def test_bad_records_on_perf_raw_go_to_the_dead_letter_topic(kafka: dict, prefix: str, tmp_path: Path) -> None:
     """10,000 bad records of every kind mixed with 2,000 good ones: nothing crashes, nothing is lost."""
-    config = pipeline_file(tmp_path, prefix, tap_clean=True)
+    config = pipeline_file(tmp_path, prefix, tap_clean=True, full_rate=True)
     cfg = load_pipeline(config)
     assert cfg.stage("node").tapped == ("perf.clean", "perf.smoothed", "perf.smoothed.byjob")
     create_pipeline_topics(cfg, kafka)

@@ -48,3 +48,22 @@ def test_contract_gauges_count_nodes_per_state() -> None:
     assert got[("perfsift_contract_nodes", "contract", job, "ok")] == 6
     assert got[("perfsift_contract_nodes", "contract", job, "unknown")] == 0
     assert not any(k[0] == "perfsift_selection_version" for k in got)
+
+
+def test_byte_metrics_state_what_a_stage_read_and_wrote_per_topic() -> None:
+    from perfsift.streams.http import byte_metrics
+    from perfsift.streams.stage import StageStats
+
+    s = StageStats("node")
+    s.count_in("perf.raw", [b'{"ts":1.0,"node":"a","metrics":{"x":1.0}}'] * 100)
+    s.count_out({"perf.reduced": ([b'{"x":1.0}'] * 100, [b"a"] * 100)})
+    s.count_state(b"\x00" * 500)
+    got = {(f.name, *x.labels.values()): x.value for f in byte_metrics("node", s) for x in f.samples}
+    assert got[("perfsift_topic_bytes_read", "node", "perf.raw", "payload")] == s.wire_in.payload["perf.raw"] == 4100
+    assert got[("perfsift_topic_bytes_written", "node", "perf.reduced", "payload")] == 900
+    assert got[("perfsift_topic_bytes_written", "node", "perf.state", "payload")] == 500
+    compressed = got[("perfsift_topic_bytes_written", "node", "perf.reduced", "compressed")]
+    assert 0 < compressed < 900 and compressed == s.wire_out.compressed["perf.reduced"]
+    assert got[("perfsift_bytes_written_ratio", "node", "payload")] == 1400 / 4100
+    written_c = s.wire_out.compressed["perf.reduced"] + s.wire_out.compressed["perf.state"]
+    assert got[("perfsift_bytes_written_ratio", "node", "compressed")] == written_c / s.wire_in.compressed["perf.raw"]

@@ -113,3 +113,31 @@ def test_bad_window_is_refused(params: dict) -> None:
         SlidingMean(**params).reset()
     with pytest.raises(ValueError, match="alpha"):
         Ewma(alpha=0).reset()
+
+
+@pytest.mark.parametrize(("w", "every"), [(10, 10), (5, 3), (4, 1)])
+def test_emit_every_keeps_every_kth_mean_of_each_key_whatever_the_batches(w: int, every: int) -> None:
+    """emit_every = e gives exactly the full-rate means whose number in their key's stream is a
+    multiple of e, in input order, however the stream is cut into micro-batches."""
+    batch = random_batch(k=1200, nodes=5)
+    full = SlidingMean(window=w).update(batch)
+    count = np.zeros(len(batch), dtype=np.int64)
+    seen: dict[int, int] = {}
+    for i, node in enumerate(batch.node_idx.tolist()):
+        seen[node] = seen.get(node, 0) + 1
+        count[i] = seen[node]
+    want = full.take(np.flatnonzero(count % every == 0))
+    op = SlidingMean(window=w, emit_every=every)
+    cuts = np.sort(np.random.default_rng(3).choice(np.arange(1, len(batch)), 17, replace=False))
+    parts = [op.update(batch.take(rows)) for rows in np.split(np.arange(len(batch)), cuts)]
+    got = Batch.concat(parts)
+    assert len(got) == len(want) == sum(c // every for c in seen.values())
+    assert np.array_equal(got.values, want.values, equal_nan=True) and np.array_equal(got.ts, want.ts)
+    assert got.extra["warm"].tolist() == want.extra["warm"].tolist()
+    if every == w:  # non-overlapping windows: every emitted mean is over a full window
+        assert got.extra["warm"].all()
+
+
+def test_emit_every_must_be_a_positive_integer() -> None:
+    with pytest.raises(ValueError, match="emit_every"):
+        SlidingMean(window=3, emit_every=0).update(random_batch(k=10))
