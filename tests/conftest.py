@@ -3,6 +3,12 @@
 from __future__ import annotations
 
 import os
+
+# One BLAS thread per process: the suite runs one xdist worker per core, and small solves in
+# OpenBLAS's threads on a loaded 2-core machine ran 10-25x slower than on one. Set before numpy is
+# first imported (below, through perfsift); the CLI subprocesses the tests start inherit it.
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
 import time
 import uuid
 from collections.abc import Callable, Iterator

@@ -28,6 +28,7 @@ from perfsift.streams.ingest import IngestSettings, load_map
 from perfsift.streams.ingest.settings import FORMATS, IngestConfigError
 from perfsift.streams.ingest.stage import IngestRunner
 from perfsift.streams.stage import StageError
+from rich.markup import escape
 
 Format = enum.Enum("Format", {f: f for f in FORMATS}, type=str)  # type: ignore[misc]
 FORMAT_HELP = ("otlp_proto / otlp_json (OpenTelemetry Collector kafka exporter), telegraf_json, ldms_json, "
@@ -118,8 +119,8 @@ def convert_command(
     except IngestConfigError as exc:
         raise fail(str(exc)) from None
     for p in res["first_problems"][:5]:
-        console.print(f"[yellow]skipped[/yellow] {p}")
+        console.print(f"[yellow]skipped[/yellow] {escape(p)}", soft_wrap=True)  # file:line stays on one line
     if not res["samples"]:
         raise fail(f"{src}: no sample ({res['records']} records, {res['problems']} problems)")
     out.print(f"{output}: {res['samples']} samples of {res['metrics']} metrics from {res['records']} records "
-              f"({res['points']} points, {res['problems']} problems)")  # fmt: skip
+              f"({res['points']} points, {res['problems']} problems)", soft_wrap=True)  # fmt: skip
