@@ -3,7 +3,7 @@ payload (message values) and zstd-compressed (each topic's messages of a micro-b
 together at librdkafka's default level, as a producer compresses a record batch;
 streams/volume.py).
 
-Traces: the bundled demo (12 nodes × 13 metrics, 800 s), sweep3d with 12 nodes × 12 metrics over
+Traces: the bundled demo (16 nodes × 12 metrics, 600 s), sweep3d with 12 nodes × 12 metrics over
 1,800 s (issue #20's case, τ = 30 s) and sweep3d with 64 nodes × 12 metrics over 1,800 s (#24's).
 Each runs through ``perfsift analyze`` (in process: the outputs, no state snapshots) and through
 ``perfsift run`` on the embedded broker (as fast as possible: outputs and the state snapshots of
@@ -31,7 +31,7 @@ from bench.common import write_result
 
 
 def traces(tmp: Path) -> list[tuple[str, Path]]:
-    out = [("demo (12 nodes × 13 metrics, 800 s)", demo_trace_path())]
+    out = [("demo (16 nodes × 12 metrics, 600 s)", demo_trace_path())]
     for nodes in (12, 64):
         samples, _ = spmd("sweep3d", nodes=nodes, duration=1800, seed=1)
         path = tmp / f"sweep3d-{nodes}.jsonl"

@@ -73,6 +73,7 @@ class Checkpoints:
                 "partition": partition,
                 "next_offset": next_offset,
                 "fingerprint": fingerprint,
+                **self.header_extra(chain),
             }
         )
         parts = [_STATE_MAGIC, _LEN.pack(len(head)), head]
@@ -80,6 +81,10 @@ class Checkpoints:
             snap = op.snapshot()
             parts += [_LEN.pack(len(snap)), snap]
         return b"".join(parts)
+
+    def header_extra(self, chain: Chain) -> dict[str, Any]:
+        """More fields for the record's JSON header (a subclass's state beside the operators')."""
+        return {}
 
     def restore(self, chain: Chain, snap: dict[str, Any], fingerprint: str, where_: str) -> int | None:
         """Load a snapshot record into ``chain``; the offset to resume from, or None (with a log

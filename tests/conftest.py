@@ -14,8 +14,8 @@ import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import orjson
 import pytest
+from perfsift.schemas.detect import decode_any
 from perfsift.streams.broker import EmbeddedBroker
 from perfsift.streams.clients import consumer_settings
 
@@ -56,10 +56,20 @@ def wait_until(done: Callable[[], bool], timeout: float, interval: float = 0.1) 
     return True
 
 
+def smoothed_means(samples: list[dict], window: int = 10) -> set[tuple[str, float]]:
+    """(node, x) of each non-overlapping ``window``-sample mean of every node (emit_every = window)."""
+    by_node: dict[str, list[float]] = {}
+    for s in samples:
+        by_node.setdefault(s["node"], []).append(s["metrics"]["x"])
+    starts = {n: range(0, len(xs) - window + 1, window) for n, xs in by_node.items()}
+    return {(n, sum(by_node[n][i : i + window]) / window) for n, rs in starts.items() for i in rs}
+
+
 def read_topic(
     props: dict[str, str], topic: str, until: Callable[[list[Any]], bool], timeout: float = 60.0, decode: bool = True
 ) -> list[Any]:
-    """Read ``topic`` from the beginning (all partitions) until ``until(records)`` or timeout."""
+    """Read ``topic`` from the beginning (all partitions) until ``until(records)`` or timeout:
+    the decoded records (a column frame's samples one by one), or with ``decode=False`` the messages."""
     from confluent_kafka import Consumer
 
     isolation = props.get("isolation.level", "read_uncommitted")  # the runner's settings, this reader's group
@@ -70,8 +80,11 @@ def read_topic(
     try:
         while time.monotonic() < deadline and not until(records):
             for m in c.consume(5000, 0.2):
-                if m.error() is None:
-                    records.append(orjson.loads(m.value() or b"null") if decode else m)
+                if m.error() is None and decode:
+                    rec = decode_any(m.value()).record  # any encoding; a column frame gives its samples
+                    records.extend(rec) if isinstance(rec, list) else records.append(rec)
+                elif m.error() is None:
+                    records.append(m)
     finally:
         c.close()
     return records

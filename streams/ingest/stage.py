@@ -51,10 +51,8 @@ class IngestCheckpoints(Checkpoints):
         super().__init__(base.kafka, base.group_id, base.topic, base.partitions, base.stage)
         self.settings = settings
 
-    def record(self, topic: str, partition: int, next_offset: int, chain: Chain, fingerprint: str) -> bytes:
-        doc = orjson.loads(super().record(topic, partition, next_offset, chain, fingerprint))
-        doc["ingest"] = base64.b64encode(assembler_of(chain, self.settings)[0].snapshot()).decode()
-        return orjson.dumps(doc)
+    def header_extra(self, chain: Chain) -> dict[str, Any]:
+        return {"ingest": base64.b64encode(assembler_of(chain, self.settings)[0].snapshot()).decode()}
 
     def restore(self, chain: Chain, snap: dict[str, Any], fingerprint: str, where_: str) -> int | None:
         offset = super().restore(chain, snap, fingerprint, where_)

@@ -13,12 +13,13 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from perfsift.schemas.detect import decode_any
 from perfsift.streams.broker import free_port
 from perfsift.streams.clients import create_pipeline_topics
 from perfsift.streams.config import load_pipeline
 from perfsift.streams.publish import publish_samples
 
-from tests.conftest import read_topic, wait_until
+from tests.conftest import read_topic, smoothed_means, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.integration
@@ -64,15 +65,21 @@ def test_container_command_line_becomes_ready_processes_and_stops_on_sigterm(kaf
         assert get(f"http://127.0.0.1:{port}/healthz")[0] == 200
         samples = [{"ts": 1.0 + i, "node": f"n{i % 3}", "seq": i // 3, "metrics": {"x": float(i)}} for i in range(90)]
         publish_samples(kafka, cfg.topic("perf.clean"), samples)  # the smooth stage reads perf.clean
-        out = read_topic(kafka, cfg.topic("perf.smoothed"), lambda r: len(r) >= 90)
-        assert len(out) == 90
+        # one mean per node every 10 samples (the k8s layout's emit_every), in column frames
+        want = smoothed_means(samples)
+        out = read_topic(kafka, cfg.topic("perf.smoothed"), lambda r: len(r) >= len(want))
+        assert len(out) == len(want) == 9 and {(s["node"], s["metrics"]["x"]) for s in out} == want
+        messages = read_topic(kafka, cfg.topic("perf.smoothed"),
+                              lambda r: sum(len(decode_any(m.value()).record) for m in r) >= len(want),
+                              decode=False)  # fmt: skip
         # the counters move right after the batch is handed to the producer: allow that instant
         wait_until(
             lambda: 'perfsift_records_in_total{stage="smooth"} 90.0' in get(f"http://127.0.0.1:{port}/metrics")[1], 10
         )
         code, metrics = get(f"http://127.0.0.1:{port}/metrics")
         assert code == 200 and 'perfsift_records_in_total{stage="smooth"} 90.0' in metrics
-        assert 'perfsift_topic_records_out_total{stage="smooth",topic="perf.smoothed"} 90.0' in metrics
+        # records out count messages: each frame once
+        assert f'perfsift_topic_records_out_total{{stage="smooth",topic="perf.smoothed"}} {len(messages)}.0' in metrics
         assert get(f"http://127.0.0.1:{port}/nope")[0] == 404
     finally:
         proc.send_signal(signal.SIGTERM)

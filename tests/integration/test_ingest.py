@@ -19,6 +19,7 @@ from perfsift.streams.runner import run_in_thread, wait_assigned
 
 from tests import ingest_sources as src
 from tests.conftest import read_topic
+from tests.integration.test_pipeline import pipeline_file
 
 pytestmark = pytest.mark.integration
 
@@ -56,7 +57,8 @@ def test_every_format_arrives_value_by_value_and_goes_on_through_the_node_stage(
     kafka: dict, prefix: str, tmp_path: Path
 ) -> None:
     cfg = load_pipeline(ingest_pipeline(tmp_path, prefix, 0.5, list(SOURCES)))
-    node = load_pipeline(None, overrides={"topic_prefix": prefix}).stage("node")
+    # the default node stage at full rate (one smoothed record per sample on perf.smoothed, JSON)
+    node = load_pipeline(pipeline_file(tmp_path, prefix, full_rate=True)).stage("node")
     cfg = replace(cfg, stages={**cfg.stages, "node": node})
     assert all(cfg.stage(f"in_{f}").outputs == ("perf.raw",) for f in SOURCES)
     create_pipeline_topics(cfg, kafka)
