@@ -389,17 +389,27 @@ def with_options(cfg: PipelineConfig, perf_metric: str | None = None, contract: 
     perf.smoothed -> perf.contract) for ``contract``."""
     stages = dict(cfg.stages)
     if perf_metric:
-        for name, st in stages.items():
-            ops = tuple(
-                OperatorSpec(
-                    op.type,
-                    {**op.params, "reduction": {**(op.params.get("reduction") or {}), "perf_metric": perf_metric}},
-                )
-                if op.type == "reduce"
-                else op
-                for op in st.operators
-            )
-            stages[name] = replace(st, operators=ops)
+        # Statistical data reduction fits a regression on rows of `interval` seconds (METHODS.md
+        # §2): it needs the smoothed stream at the sampling rate, not one mean per window (with
+        # 10x fewer rows it did not recluster once in 400 s). The sliding means then go out at
+        # full rate, and the pursuit takes its snapshots `emit_every` rows apart, as before, so
+        # its selections are the ones of the thinned stream.
+        thin = max((int(op.params.get("emit_every", 1)) for st in stages.values() for op in st.operators
+                    if op.type == "sliding_mean"), default=1)  # fmt: skip
+
+        def joined(op: OperatorSpec) -> OperatorSpec:
+            if op.type == "sliding_mean" and thin > 1:
+                return replace(op, params={**op.params, "emit_every": 1})
+            if op.type != "reduce":
+                return op
+            params = {**op.params, "reduction": {**(op.params.get("reduction") or {}), "perf_metric": perf_metric}}
+            if thin > 1 and isinstance(op.params.get("pursuit"), Mapping):
+                pp = dict(op.params["pursuit"])
+                pp.update({k: int(pp[k]) * thin for k in ("window", "slack") if k in pp})  # rows -> samples
+                params["pursuit"] = pp
+            return replace(op, params=params)
+
+        stages = {name: replace(st, operators=tuple(map(joined, st.operators))) for name, st in stages.items()}
     if contract is not None:
         # the node-keyed smoothed stream when a stage writes it; else the job-keyed one (the lean
         # default's only smoothed topic: a job's nodes then share a partition)

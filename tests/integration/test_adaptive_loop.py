@@ -57,6 +57,11 @@ def test_the_host_sampler_follows_the_selection_of_its_own_samples(kafka: dict, 
         "        policy: union",
         "        reduction: {perf_metric: cpu_idle, interval: 0.5, window: 40, blocks: 4}\n        policy: union",
     )
+    # data reduction fits on rows at the sampling rate: full-rate means, pursuit snapshots a window
+    # apart (what --perf-metric sets up; docs/pipeline.md)
+    for lean, full in (("emit_every: 10", "emit_every: 1"), ("window: 1\n", "window: 10\n")):
+        assert lean in text
+        text = text.replace(lean, full)
     config.write_text(text)
     summary = tmp_path / "s.json"
     bs = kafka["bootstrap.servers"]
