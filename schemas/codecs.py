@@ -11,7 +11,7 @@ from typing import Any
 import fastavro
 import orjson
 from perfsift.schemas.records import RecordError, load_schema, validate_sample
-from perfsift.schemas.registry import ConfluentAvroCodec
+from perfsift.schemas.registry import ConfluentAvroCodec, without_nan
 
 _AVRO_MARKER = b"\xc3\x01"
 
@@ -54,7 +54,7 @@ class AvroCodec:
         buf = io.BytesIO()
         buf.write(self._header)
         try:
-            fastavro.schemaless_writer(buf, self._parsed, _nan_to_none(record))
+            fastavro.schemaless_writer(buf, self._parsed, without_nan(record))
         except (ValueError, TypeError, KeyError) as exc:
             raise RecordError(f"does not fit the Avro schema {self.schema!r}: {exc}") from None
         return buf.getvalue()
@@ -74,16 +74,6 @@ class AvroCodec:
         if self.schema == "sample":
             return validate_sample(rec, where)
         return rec
-
-
-def _nan_to_none(obj: Any) -> Any:
-    if isinstance(obj, float) and obj != obj:
-        return None
-    if isinstance(obj, dict):
-        return {k: _nan_to_none(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_nan_to_none(v) for v in obj]
-    return obj
 
 
 def codec_for(name: str, schema: str = "sample") -> JsonCodec | AvroCodec | ConfluentAvroCodec:

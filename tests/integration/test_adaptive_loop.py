@@ -59,9 +59,9 @@ def test_the_host_sampler_follows_the_selection_of_its_own_samples(kafka: dict, 
     )
     # data reduction fits on rows at the sampling rate: full-rate means, pursuit snapshots a window
     # apart (what --perf-metric sets up; docs/pipeline.md)
-    for lean, full in (("emit_every: 10", "emit_every: 1"), ("window: 1\n", "window: 10\n")):
+    for lean, full_rate in (("emit_every: 10", "emit_every: 1"), ("window: 1\n", "window: 10\n")):
         assert lean in text
-        text = text.replace(lean, full)
+        text = text.replace(lean, full_rate)
     config.write_text(text)
     summary = tmp_path / "s.json"
     bs = kafka["bootstrap.servers"]
