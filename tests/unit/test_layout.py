@@ -143,3 +143,18 @@ def test_no_module_is_longer_than_a_job() -> None:
         if (n := len(path.read_text().splitlines())) > MAX_LINES and str(path.relative_to(ROOT)) not in LONG_ALLOWED
     }
     assert not long, f"modules over {MAX_LINES} lines: {long}"
+
+
+def test_every_package_folder_is_installed() -> None:
+    """``pip install .`` (not editable) installs only the packages pyproject lists: a new folder
+    with an ``__init__.py`` left out of the list imports in an editable install and in the tests,
+    and fails on every user's machine (``perfsift.streams.ingest`` once did)."""
+    setup = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    listed = set(setup["packages"])
+    dirs = {name: ROOT / folder for name, folder in setup["package-dir"].items()}
+    found = set()
+    for name, folder in dirs.items():
+        for init in folder.rglob("__init__.py"):
+            rel = init.parent.relative_to(folder).parts
+            found.add(".".join((name, *rel)))
+    assert found == listed, f"pyproject packages: missing {sorted(found - listed)}, stale {sorted(listed - found)}"
