@@ -11,7 +11,7 @@ from typing import Any
 import fastavro
 import orjson
 from perfsift.schemas.records import RecordError, load_schema, validate_sample
-from perfsift.schemas.registry import ConfluentAvroCodec, without_nan
+from perfsift.schemas.registry import ConfluentAvroCodec, write_avro
 
 _AVRO_MARKER = b"\xc3\x01"
 
@@ -39,6 +39,13 @@ class JsonCodec:
         return obj
 
 
+def single_object_header(parsed: Any) -> bytes:
+    """Avro single-object encoding's 10-byte header of a parsed schema: the marker ``C3 01`` and
+    the schema's CRC-64-AVRO fingerprint, little-endian."""
+    fp = fastavro.schema.fingerprint(fastavro.schema.to_parsing_canonical_form(parsed), "CRC-64-AVRO")
+    return _AVRO_MARKER + bytes.fromhex(fp)[::-1]
+
+
 class AvroCodec:
     """fastavro codec in Avro single-object encoding for one of the schemas in this folder."""
 
@@ -47,17 +54,10 @@ class AvroCodec:
     def __init__(self, schema: str = "sample") -> None:
         self.schema = schema
         self._parsed = load_schema(schema)
-        fp = fastavro.schema.fingerprint(fastavro.schema.to_parsing_canonical_form(self._parsed), "CRC-64-AVRO")
-        self._header = _AVRO_MARKER + bytes.fromhex(fp)[::-1]  # fingerprint little-endian
+        self._header = single_object_header(self._parsed)
 
     def encode(self, record: dict[str, Any]) -> bytes:
-        buf = io.BytesIO()
-        buf.write(self._header)
-        try:
-            fastavro.schemaless_writer(buf, self._parsed, without_nan(record))
-        except (ValueError, TypeError, KeyError) as exc:
-            raise RecordError(f"does not fit the Avro schema {self.schema!r}: {exc}") from None
-        return buf.getvalue()
+        return write_avro(self._header, self._parsed, self.schema, record)
 
     def decode(self, data: bytes, where: str = "") -> dict[str, Any]:
         if not data.startswith(self._header):

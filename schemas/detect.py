@@ -28,6 +28,7 @@ from typing import Any
 
 import fastavro
 import orjson
+from perfsift.schemas.codecs import single_object_header
 from perfsift.schemas.frames import decode_frame, is_frame
 from perfsift.schemas.records import SCHEMA_NAMES, RecordError, load_schema
 from perfsift.schemas.registry import HEADER_BYTES, MAGIC, SchemaRegistry, current_registry, schema_id_of
@@ -59,11 +60,7 @@ def register_decoder(name: str, matches: Callable[[bytes], bool], decode: Callab
 @cache
 def _single_object_kinds() -> dict[bytes, str]:
     """The 10-byte single-object header of each schema in ``schemas/`` -> its kind."""
-    out = {}
-    for kind in SCHEMA_NAMES:
-        canonical = fastavro.schema.to_parsing_canonical_form(load_schema(kind))
-        out[_AVRO_MARKER + bytes.fromhex(fastavro.schema.fingerprint(canonical, "CRC-64-AVRO"))[::-1]] = kind
-    return out
+    return {single_object_header(load_schema(kind)): kind for kind in SCHEMA_NAMES}
 
 
 def _avro(data: bytes) -> Any:

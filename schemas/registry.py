@@ -207,13 +207,7 @@ class ConfluentAvroCodec:
         return self._header
 
     def encode(self, record: dict[str, Any]) -> bytes:
-        buf = io.BytesIO()
-        buf.write(self.header())
-        try:
-            fastavro.schemaless_writer(buf, self._parsed, without_nan(record))
-        except (ValueError, TypeError, KeyError) as exc:
-            raise RecordError(f"does not fit the Avro schema {self.schema!r}: {exc}") from None
-        return buf.getvalue()
+        return write_avro(self.header(), self._parsed, self.schema, record)
 
     def decode(self, data: bytes, where: str = "") -> dict[str, Any]:
         schema_id = schema_id_of(data)
@@ -230,6 +224,18 @@ class ConfluentAvroCodec:
         if self.schema == "sample":
             return validate_sample(rec, where)
         return rec
+
+
+def write_avro(header: bytes, parsed: Any, schema: str, record: dict[str, Any]) -> bytes:
+    """``header`` and then ``record`` in Avro binary (fastavro's schemaless writer, NaN as null):
+    the body of both Avro codecs, which differ only in their header."""
+    buf = io.BytesIO()
+    buf.write(header)
+    try:
+        fastavro.schemaless_writer(buf, parsed, without_nan(record))
+    except (ValueError, TypeError, KeyError) as exc:
+        raise RecordError(f"does not fit the Avro schema {schema!r}: {exc}") from None
+    return buf.getvalue()
 
 
 def without_nan(record: Any) -> Any:
