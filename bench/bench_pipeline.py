@@ -53,30 +53,37 @@ def stop(runners: list[Any], join: Callable[[], None]) -> None:
     join()
 
 
+def publish_sweep(props: dict[str, str], topic: str, c: dict[str, Any], nodes: int) -> int:
+    """The sweep3d columns ``c`` as JSON samples keyed by node, as fast as the producer takes them;
+    returns how many were sent (every one acknowledged)."""
+    vals, names = c["values"], c["metrics"]
+    p = Producer(producer_settings(props))
+    sent = 0
+    for s, t in enumerate(c["t"].tolist()):
+        for q in range(nodes):
+            rec = {"ts": t, "node": f"n{q:03d}", "job": "sweep3d", "seq": s,
+                   "metrics": dict(zip(names, vals[s, q].tolist(), strict=True))}  # fmt: skip
+            while True:
+                try:
+                    p.produce(topic, orjson.dumps(rec), rec["node"].encode())
+                    break
+                except BufferError:
+                    p.poll(0.05)
+            sent += 1
+    p.flush(60)
+    return sent
+
+
 def throughput(n: int, processes: bool) -> dict[str, Any]:
     nodes = 64
     _, c = spmd("sweep3d", nodes=nodes, duration=n // nodes, seed=1, cube=True)
-    vals, names = c["values"], c["metrics"]
     with EmbeddedBroker() as b:
         props = {"bootstrap.servers": b.bootstrap}
         cfg = with_overrides(load_pipeline(), topic_prefix="tp.")
         create_pipeline_topics(cfg, props)
         runners, join = start(cfg, props, processes)
-        p = Producer(producer_settings(props))
         t0 = time.monotonic()
-        sent = 0
-        for s, t in enumerate(c["t"].tolist()):
-            for q in range(nodes):
-                rec = {"ts": t, "node": f"n{q:03d}", "job": "sweep3d", "seq": s,
-                       "metrics": dict(zip(names, vals[s, q].tolist(), strict=True))}  # fmt: skip
-                while True:
-                    try:
-                        p.produce(cfg.topic("perf.raw"), orjson.dumps(rec), rec["node"].encode())
-                        break
-                    except BufferError:
-                        p.poll(0.05)
-                sent += 1
-        p.flush(60)
+        sent = publish_sweep(props, cfg.topic("perf.raw"), c, nodes)
         publish_s = time.monotonic() - t0
         first = {r.stage.name: r for r in runners}
         expected = expected_inputs(cfg, runners, sent)  # a stage after the first reads column frames
@@ -128,7 +135,6 @@ def passthrough(n: int) -> dict[str, Any]:
 
     nodes = 64
     _, c = spmd("sweep3d", nodes=nodes, duration=n // nodes, seed=1, cube=True)
-    vals, names = c["values"], c["metrics"]
     ctx = mp.get_context("spawn")
     with EmbeddedBroker() as b:
         props = {"bootstrap.servers": b.bootstrap}
@@ -142,19 +148,8 @@ def passthrough(n: int) -> dict[str, Any]:
         for h in hops:
             h.start()
         time.sleep(8)  # both join their groups
-        p = Producer(producer_settings(props))
         t0 = time.monotonic()
-        for s, t in enumerate(c["t"].tolist()):
-            for q in range(nodes):
-                rec = {"ts": t, "node": f"n{q:03d}", "job": "sweep3d", "seq": s,
-                       "metrics": dict(zip(names, vals[s, q].tolist(), strict=True))}  # fmt: skip
-                while True:
-                    try:
-                        p.produce(raw, orjson.dumps(rec), rec["node"].encode())
-                        break
-                    except BufferError:
-                        p.poll(0.05)
-        p.flush(60)
+        publish_sweep(props, raw, c, nodes)
         publish_s = time.monotonic() - t0
         done[1].wait(600)
         elapsed = time.monotonic() - t0
