@@ -213,6 +213,7 @@ class StageRunner:
             while not self.stop_event.is_set():
                 msgs = self._consumer.consume(self.pipeline.batch_size, self.pipeline.batch_timeout_s)
                 self.last_loop = time.monotonic()
+                self._tick(self.last_loop)
                 self.ready.set()
                 if msgs:
                     last_msg = time.monotonic()
@@ -227,14 +228,14 @@ class StageRunner:
         finally:
             self._close()
         log.info(
-            "stage %s: stopped after %d records in, %d out, %d dead letters",
-            self.stage.name,
-            self.stats.records_in,
-            self.stats.records_out,
-            self.stats.dead_letters,
+            "stage %s: stopped after %d records in, %d out, %d dead letters", self.stage.name, self.stats.records_in,
+            self.stats.records_out, self.stats.dead_letters,
             extra={"stage": self.stage.name, "instance": self.instance, "stats": self.stats.as_dict()},
-        )
+        )  # fmt: skip
         return self.stats
+
+    def _tick(self, now: float) -> None:
+        """Each time the loop comes round, messages or not (a subclass's timers, e.g. ingest's lateness)."""
 
     def _warm_up(self) -> None:
         t = time.monotonic()

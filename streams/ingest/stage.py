@@ -90,15 +90,8 @@ class IngestRunner(StageRunner):
 
             warm_up(settings)
 
-    # The consume loop sets ``last_loop`` every time it comes round: the clock that emits samples
-    # whose lateness bound ran out when no message arrives.
-    @property
-    def last_loop(self) -> float:
-        return self._last_loop
-
-    @last_loop.setter
-    def last_loop(self, now: float) -> None:
-        self._last_loop = now
+    def _tick(self, now: float) -> None:
+        """The clock that emits samples whose lateness bound ran out when no message arrives."""
         if self._ingest is not None and self._producer is not None:
             self._emit_due(now)
 
