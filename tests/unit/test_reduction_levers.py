@@ -141,6 +141,7 @@ def test_the_streaming_operator_honours_lags() -> None:
     again = records(DataReduction(perf_metric="perf", window=200, blocks=4, lags=1), 7)
     assert [r["selected"] for r in again] == [r["selected"] for r in lagged]
     plain = records(DataReduction(perf_metric="perf", window=200, blocks=4), 1)
-    assert all(r["r2_train"] is None or r["r2_train"] < 0.2 for r in plain)
+    # without the lag the regression runs and explains little (a None would hide a fit that never ran)
+    assert plain and all(r["r2_train"] is not None and r["r2_train"] < 0.2 for r in plain)
     with pytest.raises(ValueError):
         DataReduction(smooth=0).reset()
