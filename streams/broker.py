@@ -26,6 +26,14 @@ EMBEDDED_CLUSTER_ID = "perfsift-embedded"
 EMBEDDED_CLUSTER_IDS = frozenset({EMBEDDED_CLUSTER_ID, "tansu_cluster"})
 
 
+def is_embedded_cluster(kafka: dict[str, str]) -> bool:
+    """Whether the cluster at ``kafka`` is the embedded broker (or a bare Tansu), by its cluster id."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({**kafka, "logger": kafka_logger()})
+    return admin.list_topics(timeout=15).cluster_id in EMBEDDED_CLUSTER_IDS
+
+
 class BrokerError(RuntimeError):
     """The embedded broker could not be found, started or reached."""
 

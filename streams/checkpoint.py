@@ -1,25 +1,33 @@
 """State snapshots of a stage on the compacted state topic: write, find, restore.
 
-At each commit a stage writes, per input partition it owns, one record keyed
-``group/topic/partition``: the operators' snapshots with the next input offset they cover and the
-chain's fingerprint. On assignment it reads the latest record of each partition back, restores
-the chain from it and resumes at that offset. The consumer group owns the state, as it owns the
-offsets: another group starts afresh.
+A stage writes, per input partition it owns, records keyed ``group/topic/partition``: the
+operators' snapshots with the next input offset they cover and the chain's fingerprint. It writes
+one of the fresh chain before the partition's first record, and then, at a commit, once the input
+read since the last snapshot is large enough that snapshots cost at most ``snapshot_share`` of
+the input bytes (:class:`Cadence`). On assignment it reads the latest record of each partition
+back, restores the chain from it and resumes at that offset; the records from there up to the
+group's committed offset were processed (and their outputs written) before, so the runner replays
+them through the chain for its state without emitting anything. The consumer group owns the
+state, as it owns the offsets: another group starts afresh.
 """
 
 from __future__ import annotations
 
 import base64
 import logging
+import math
 import struct
 import time
 import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Producer, TopicPartition
 from perfsift.operators import SnapshotError
 from perfsift.streams.clients import consumer_settings, where
+from perfsift.streams.limits import Guard
 from perfsift.streams.logs import kafka_logger
 from perfsift.streams.stage import Chain, StageError
 
@@ -42,6 +50,43 @@ def parse_record(value: bytes) -> dict[str, Any]:
         pos += 4 + k
     rec["operators"] = snaps
     return rec
+
+
+@dataclass
+class Cadence:
+    """When an input partition's next snapshot is due.
+
+    A snapshot of ``size`` bytes fits once ``since`` (input payload bytes read since the last one)
+    times ``share`` reaches ``size``: snapshots then cost at most ``share`` of the input bytes
+    however large the state, and a restart replays at most ``size / share`` input bytes. The
+    runner asks :meth:`fits` first with the last snapshot's size (``size``, -1 before the first),
+    which costs nothing, and only then serialises the state to ask again with its true size.
+    ``share`` infinite: every commit.
+    """
+
+    share: float
+    since: int = 0
+    size: int = -1
+
+    def fits(self, size: int | None = None) -> bool:
+        """Whether a snapshot of ``size`` bytes (default: the last one's) is within the share now."""
+        return math.isinf(self.share) or self.since * self.share >= (self.size if size is None else size)
+
+    def wrote(self, size: int) -> None:
+        self.size, self.since = size, 0
+
+
+@dataclass
+class Partition:
+    """What a stage keeps per input partition it owns."""
+
+    chain: Chain
+    guard: Guard
+    cadence: Cadence
+    next_offset: int | None = None
+    dirty: bool = False
+    #: records below this offset were processed before a restart: replayed without emitting
+    replay_until: int = -1
 
 
 class Checkpoints:
@@ -101,6 +146,37 @@ class Checkpoints:
             return None
         return int(snap["next_offset"])
 
+    def resume(
+        self,
+        consumer: Consumer,
+        partitions: list[TopicPartition],
+        fresh: Callable[[], Partition],
+        fingerprint: str,
+        read_committed: bool,
+    ) -> tuple[dict[tuple[str, int], Partition], dict[int, tuple[int, int]]]:
+        """The state of newly assigned ``partitions``: each restored from its latest snapshot where
+        one fits (its offset then set on ``tp``, for the consumer to start there), else ``fresh()``;
+        and, per restored partition number, ``(snapshot offset, replay until)``: the records from
+        the snapshot up to the group's committed offset are to be replayed without emitting."""
+        snapshots = self.load(partitions[0].topic, [tp.partition for tp in partitions], read_committed)
+        parts, restored = {}, {}
+        for tp in partitions:
+            part = parts[(tp.topic, tp.partition)] = fresh()
+            snap = snapshots.get(tp.partition)
+            offset = None if snap is None else self.restore(part.chain, snap, fingerprint, f"{tp.topic}:{tp.partition}")
+            if snap is not None and offset is not None:
+                tp.offset = part.next_offset = offset
+                part.cadence.size = int(snap.get("size", 0))
+                restored[tp.partition] = (offset, offset)
+        if restored:
+            topic = partitions[0].topic
+            for c in consumer.committed([TopicPartition(topic, p) for p in restored], 30):
+                part = parts[(topic, c.partition)]
+                if part.next_offset is not None and c.offset > part.next_offset:
+                    part.replay_until = c.offset
+                    restored[c.partition] = (part.next_offset, c.offset)
+        return parts, restored
+
     def load(self, topic: str, partitions: list[int], read_committed: bool) -> dict[int, dict[str, Any]]:
         """Latest snapshot record per input partition of ``topic``, read from the state topic.
 
@@ -139,7 +215,10 @@ class Checkpoints:
                     _, sp, offset = where(m)
                     p = wanted.get(m.key() or b"")
                     if p is not None:
-                        found[p] = parse_record(m.value() or b"null")
+                        rec = parse_record(m.value() or b"null")
+                        if isinstance(rec, dict):
+                            rec["size"] = len(m.value() or b"")
+                        found[p] = rec
                     if offset >= pending.get(sp, 1 << 62):
                         pending.pop(sp, None)
             if pending:

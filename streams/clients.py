@@ -14,7 +14,7 @@ import os
 import re
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, cast
 
 import orjson
@@ -23,6 +23,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from perfsift.streams.config import ConfigError, PipelineConfig, parse_pairs
 from perfsift.streams.logs import kafka_logger
 from perfsift.streams.topics import topic_configs
+
+log = logging.getLogger("perfsift.clients")
 
 
 def kafka_properties(
@@ -217,6 +219,18 @@ def kafka_statistics(stats: dict[str, Any]) -> dict[str, float]:
         out["group_rebalances"] = float(stats["cgrp"]["rebalance_cnt"])
         out["group_assigned_partitions"] = float(stats["cgrp"]["assignment_size"])
     return out
+
+
+def statistics_callback(into: dict[tuple[str, str], float], client: str, owner: str) -> Callable[[str], None]:
+    """A ``stats_cb`` keeping :func:`kafka_statistics` of ``client`` in ``into``, by (client, statistic)."""
+
+    def keep(raw: str) -> None:
+        try:
+            into.update(((client, k), v) for k, v in kafka_statistics(orjson.loads(raw)).items())
+        except (orjson.JSONDecodeError, KeyError, TypeError):
+            log.debug("%s: unreadable librdkafka statistics", owner, exc_info=True)
+
+    return keep
 
 
 def where(m: Message) -> tuple[str, int, int]:

@@ -120,6 +120,11 @@ class PipelineConfig:
     batch_timeout_s: float = 0.1
     commit_interval_s: float = 1.0
     snapshots: bool = True
+    #: the share of a partition's input bytes its state snapshots may cost: a snapshot is written
+    #: at a commit once the input read since the last one reaches the last one's size divided by
+    #: this; a restart replays the input since the snapshot without emitting (``.inf``: a snapshot
+    #: at every commit)
+    snapshot_share: float = 0.02
     #: topic that gets perf.reduced, perf.forecast, perf.contract and perf.prediction again as OTLP
     #: protobuf metrics ("" = none; ``true`` in the file means :data:`OTLP_TOPIC`)
     otlp_out: str = ""
@@ -209,6 +214,7 @@ _SCALARS: dict[str, type] = {
     "batch_timeout_s": float,
     "commit_interval_s": float,
     "snapshots": bool,
+    "snapshot_share": float,
     "otlp_out": str,
 }
 
@@ -350,6 +356,9 @@ def load_pipeline(
         raise ConfigError(f"{source}: framing must be 'columns' or 'records', got {cfg.framing!r}")
     if cfg.partitions < 1 or cfg.batch_size < 1:
         raise ConfigError(f"{source}: partitions and batch_size must be >= 1")
+    if not cfg.snapshot_share > 0:  # NaN too
+        raise ConfigError(f"{source}: snapshot_share must be > 0 (.inf: a snapshot at every commit), "
+                          f"got {cfg.snapshot_share!r}")  # fmt: skip
     return cfg
 
 

@@ -5,15 +5,18 @@ the dead-letter topic with topic:partition:offset and the reason), run the parti
 chain, encode and produce the outputs keyed by node. At most every ``commit_interval_s`` the
 runner commits:
 
-- ``at_least_once``: wait until every output is acknowledged, write each partition's operator
-  state with the next input offset to the compacted state topic, wait for that too, then commit
-  the input offsets. After a crash, records since the last commit are processed again from the
-  restored state, so they re-emit byte-identical outputs: duplicates are possible, losses are not.
+- ``at_least_once``: wait until every output is acknowledged, write the snapshots that are due
+  (below) to the compacted state topic, wait for those too, then commit the input offsets. After
+  a crash, records since the last commit are processed again, so they re-emit byte-identical
+  outputs: duplicates are possible, losses are not.
 - ``exactly_once``: outputs, snapshots and input offsets go into one Kafka transaction.
 
-Each input partition has its own operator chain, so state moves with the partition: on
-assignment the runner restores the latest snapshot of that partition and resumes from the offset
-stored with it.
+Each input partition has its own operator chain, so state moves with the partition. A snapshot
+of a partition's chain is written before its first record and then whenever the input read
+since the last one makes it cost at most ``snapshot_share`` of the input bytes
+(:mod:`~perfsift.streams.checkpoint`). On assignment the runner restores the latest snapshot and
+resumes at its offset, replaying the records up to the committed offset silently: their outputs
+were written before, so the chain only relearns its state from them.
 """
 
 from __future__ import annotations
@@ -24,38 +27,28 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
-import orjson
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from perfsift.schemas import decode_samples
-from perfsift.streams.checkpoint import Checkpoints
+from perfsift.streams.broker import is_embedded_cluster
+from perfsift.streams.checkpoint import Cadence, Checkpoints, Partition
 from perfsift.streams.clients import (
     STATISTICS_INTERVAL_MS,
     consumer_settings,
     dead_letter_record,
-    kafka_statistics,
     producer_settings,
     redacted,
+    statistics_callback,
     where,
 )
 from perfsift.streams.config import PipelineConfig, StageConfig
 from perfsift.streams.limits import Guard
-from perfsift.streams.logs import kafka_logger
 from perfsift.streams.outputs import StageOutputs
 from perfsift.streams.stage import Chain, Emitted, StageError, StageStats, merge_summaries
 from perfsift.streams.topics import DEADLETTER_TOPIC, STATE_TOPIC
 
 log = logging.getLogger("perfsift.runner")
-
-
-@dataclass
-class _Partition:
-    chain: Chain
-    guard: Guard
-    next_offset: int | None = None
-    dirty: bool = False
 
 
 class StageRunner:
@@ -97,7 +90,7 @@ class StageRunner:
         self.ready = threading.Event()
         #: monotonic time the loop last came round (liveness)
         self.last_loop = time.monotonic()
-        self._parts: dict[tuple[str, int], _Partition] = {}
+        self._parts: dict[tuple[str, int], Partition] = {}
         self._delivery_errors: list[str] = []
         self._last_commit = time.monotonic()
         self._in_topic = pipeline.topic(stage.input)
@@ -110,6 +103,9 @@ class StageRunner:
         self._consumer: Consumer | None = None
         self._producer: Producer | None = None
         self._in_txn = False
+        self._silent = False  # replaying: no output, no dead letter, no count
+        #: share of the input bytes state snapshots may cost (inf: a snapshot at every commit)
+        self.snapshot_share = pipeline.snapshot_share
         #: incremental (cooperative-sticky) or eager rebalancing, known once run() built the consumer
         self.cooperative = False
 
@@ -135,11 +131,7 @@ class StageRunner:
     def is_embedded(self) -> bool:
         """Whether the broker is the embedded one (asked once, by its cluster id, unless given)."""
         if self.embedded is None:
-            from confluent_kafka.admin import AdminClient
-            from perfsift.streams.broker import EMBEDDED_CLUSTER_IDS
-
-            admin = AdminClient({**self.kafka, "logger": kafka_logger()})
-            self.embedded = admin.list_topics(timeout=15).cluster_id in EMBEDDED_CLUSTER_IDS
+            self.embedded = is_embedded_cluster(self.kafka)
         return self.embedded
 
     def resolve_guarantee(self) -> str:
@@ -168,16 +160,8 @@ class StageRunner:
         producer.setdefault("statistics.interval.ms", STATISTICS_INTERVAL_MS)
         return consumer, producer
 
-    def _kafka_stats(self, client: str) -> Callable[[str], None]:
-        """A ``stats_cb`` keeping the chosen subset of librdkafka's statistics (:func:`kafka_statistics`)."""
-
-        def keep(raw: str) -> None:
-            try:
-                self.stats.kafka.update(((client, k), v) for k, v in kafka_statistics(orjson.loads(raw)).items())
-            except (orjson.JSONDecodeError, KeyError, TypeError):
-                log.debug("stage %s: unreadable librdkafka statistics", self.stage.name, exc_info=True)
-
-        return keep
+    def _statistics(self, client: str) -> Callable[[str], None]:
+        return statistics_callback(self.stats.kafka, client, f"stage {self.stage.name}")
 
     def run(self, idle_timeout_s: float | None = None) -> StageStats:
         """Consume until :meth:`stop` (or, if given, until no message came for ``idle_timeout_s``)."""
@@ -193,9 +177,9 @@ class StageRunner:
             extra={"stage": self.stage.name, "instance": self.instance, "consumer": redacted(consumer),
                    "producer": redacted(producer)},
         )  # fmt: skip
-        self._consumer = Consumer(consumer | {"stats_cb": self._kafka_stats("consumer")})
+        self._consumer = Consumer(consumer | {"stats_cb": self._statistics("consumer")})
         self._producer = Producer(
-            producer | {"on_delivery": self._on_delivery, "stats_cb": self._kafka_stats("producer")}
+            producer | {"on_delivery": self._on_delivery, "stats_cb": self._statistics("producer")}
         )
         if self.exactly_once:
             self._producer.init_transactions(30)
@@ -305,7 +289,16 @@ class StageRunner:
         self.stats.batches += 1
         self.stats.observe_batch(time.perf_counter() - t0)
 
-    def _process_partition(self, tp: tuple[str, int], part: _Partition, ms: list[Message]) -> None:
+    def _process_partition(self, tp: tuple[str, int], part: Partition, ms: list[Message]) -> None:
+        if part.replay_until > where(ms[0])[2] and not self._silent:  # processed before a restart: state only
+            k = next((i for i, m in enumerate(ms) if where(m)[2] >= part.replay_until), len(ms))
+            self._silent = True  # (an exception here ends the loop, so no finally)
+            self._process_partition(tp, part, ms[:k])
+            self._silent = False
+            if not (ms := ms[k:]):
+                return
+        if self.pipeline.snapshots and part.cadence.size < 0:  # the state the partition starts from
+            self._snapshot(tp, part, where(ms[0])[2], force=True)
         topic, partition = tp
         values = [m.value() for m in ms]
         big = part.guard.oversized(values)
@@ -338,13 +331,19 @@ class StageRunner:
             else:
                 self._emit(self._outputs.extend(emitted))
         part.next_offset = where(ms[-1])[2] + 1
+        if self._silent:
+            part.cadence.since += sum(len(v) for v in values if v is not None)
+            self.stats.replayed += len(ms)
+            return
         part.dirty = True
         # counted once the batch is through the chain: a reader that sees every record counted
         # (perfsift run's end-of-input check) then also sees the operators' state after them
         self.stats.records_in += len(ms)
-        self.stats.count_in(self.stage.input, values)
+        part.cadence.since += self.stats.count_in(self.stage.input, values)
 
     def _emit(self, emitted: Emitted) -> None:
+        if self._silent:
+            return
         self.stats.records_out += emitted.records
         self._ensure_transaction()
         assert self._producer is not None
@@ -361,6 +360,8 @@ class StageRunner:
     def _dead_letter(self, msg: Message, reason: str, kind: str) -> None:
         """Park ``msg`` on the dead-letter topic with ``reason`` (the record's text) counted under
         ``kind`` (one of :data:`DEAD_LETTER_REASONS`, the metric's label)."""
+        if self._silent:
+            return
         self.stats.dead_letter(kind)
         rec = dead_letter_record(self.stage.name, *where(msg), msg.key(), msg.value(), reason)
         self._produce(self._dlq_topic, rec, msg.key())
@@ -375,10 +376,9 @@ class StageRunner:
         if not self.exactly_once:
             self._flush_outputs()
         if self.pipeline.snapshots:
-            cp = self._checkpoints
-            for (t, p), part in dirty:
-                record = cp.record(t, p, part.next_offset, part.chain, self._fingerprint)  # type: ignore[arg-type]
-                self._produce(cp.topic, self.stats.count_state(record), cp.key(t, p), partition=cp.partition(p))
+            for tp, part in dirty:
+                if part.cadence.fits():
+                    self._snapshot(tp, part, part.next_offset)  # type: ignore[arg-type]
         if self.exactly_once:
             self._ensure_transaction()
             self._producer.send_offsets_to_transaction(offsets, self._consumer.consumer_group_metadata(), 30)
@@ -391,6 +391,17 @@ class StageRunner:
             part.dirty = False
         self.stats.commits += 1
         self._update_lag()
+
+    def _snapshot(self, tp: tuple[str, int], part: Partition, next_offset: int, force: bool = False) -> None:
+        """Write ``part``'s chain as the state before ``next_offset`` (sent with the next commit)
+        if ``force`` or its size fits the partition's share of the input; else remember the size."""
+        cp, (t, p) = self._checkpoints, tp
+        record = cp.record(t, p, next_offset, part.chain, self._fingerprint)
+        if force or part.cadence.fits(len(record)):
+            self._produce(cp.topic, self.stats.count_state(record), cp.key(t, p), partition=cp.partition(p))
+            part.cadence.wrote(len(record))
+        else:
+            part.cadence.size = len(record)
 
     def _flush_outputs(self) -> None:
         assert self._producer is not None
@@ -414,26 +425,24 @@ class StageRunner:
 
     # -- rebalancing -------------------------------------------------------------------------------
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        numbers = [p.partition for p in partitions]
-        snapshots = {}
-        if self.pipeline.snapshots and numbers:  # a cooperative round may assign nothing new
-            snapshots = self._checkpoints.load(self._in_topic, numbers, self.exactly_once)
-        restored: list[int] = []
-        for tp in partitions:
-            part = _Partition(self._template.fresh(), Guard(self.pipeline.limits))
-            snap = snapshots.get(tp.partition)
-            if snap is not None:
-                offset = self._checkpoints.restore(part.chain, snap, self._fingerprint, f"{tp.topic}:{tp.partition}")
-                if offset is not None:
-                    tp.offset = part.next_offset = offset
-                    self.stats.restored_partitions += 1
-                    restored.append(tp.partition)
-            self._parts[(tp.topic, tp.partition)] = part
+        restored: dict[int, tuple[int, int]] = {}
+        if not self.pipeline.snapshots or not partitions:  # a cooperative round may assign nothing new
+            self._parts.update({(tp.topic, tp.partition): self._fresh() for tp in partitions})
+        else:
+            parts, restored = self._checkpoints.resume(
+                consumer, partitions, self._fresh, self._fingerprint, self.exactly_once
+            )
+            self._parts.update(parts)
+            self.stats.restored_partitions += len(restored)
         if self.cooperative:  # only the partitions that moved here; the others keep running
             consumer.incremental_assign(partitions)
         else:
             consumer.assign(partitions)
-        self._log_partitions("assigned", partitions, logging.INFO, restored=sorted(restored))
+        self._log_partitions("assigned", partitions, logging.INFO, restored=sorted(restored),
+                             replay={p: r for p, r in restored.items() if r[1] > r[0]})  # fmt: skip
+
+    def _fresh(self) -> Partition:
+        return Partition(self._template.fresh(), Guard(self.pipeline.limits), Cadence(self.snapshot_share))
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         # cooperative: only the partitions that move away; eager: all of them
@@ -459,17 +468,9 @@ class StageRunner:
         numbers = sorted(tp.partition for tp in partitions)
         self.stats.rebalances[event] = self.stats.rebalances.get(event, 0) + 1
         detail = "".join(f", {k} {v}" for k, v in fields.items())
-        log.log(
-            level,
-            "stage %s: partitions %s of %s %s%s",
-            self.stage.name,
-            numbers,
-            self._in_topic,
-            event,
-            detail,
-            extra={"stage": self.stage.name, "instance": self.instance, "event": event, "partitions": numbers,
-                   **fields},
-        )  # fmt: skip
+        log.log(level, "stage %s: partitions %s of %s %s%s", self.stage.name, numbers, self._in_topic, event, detail,
+                extra={"stage": self.stage.name, "instance": self.instance, "event": event, "partitions": numbers,
+                       **fields})  # fmt: skip
 
 
 def wait_assigned(runners: list[StageRunner], timeout: float = 60.0, abort: Callable[[], bool] | None = None) -> bool:

@@ -62,6 +62,8 @@ class StageStats:
     bytes_out: int = 0
     commits: int = 0
     restored_partitions: int = 0
+    #: records replayed after a restart, from a snapshot up to the committed offset (not in records_in)
+    replayed: int = 0
     #: rebalance events by kind (assigned, revoked, lost) and input partitions each concerned
     rebalances: dict[str, int] = field(default_factory=dict)
     revoked_partitions: int = 0
@@ -105,10 +107,12 @@ class StageStats:
             self.by_topic[name] = self.by_topic.get(name, 0) + len(values)
             self.wire_out.add(name, values)
 
-    def count_in(self, topic: str, values: list[bytes | None]) -> None:
-        """Bytes of one micro-batch read from ``topic`` (logical name)."""
-        self.bytes_in += sum(len(v) for v in values if v is not None)
+    def count_in(self, topic: str, values: list[bytes | None]) -> int:
+        """Bytes of one micro-batch read from ``topic`` (logical name), counted and returned."""
+        n = sum(len(v) for v in values if v is not None)
+        self.bytes_in += n
         self.wire_in.add(topic, values)
+        return n
 
     def count_state(self, value: bytes) -> bytes:
         """``value``, counted as a state snapshot written to perf.state; for inline use."""
@@ -126,6 +130,7 @@ class StageStats:
             "bytes_out": self.bytes_out,
             "commits": self.commits,
             "restored_partitions": self.restored_partitions,
+            "replayed": self.replayed,
             "lag": sum(self.lag.values()),
             "busy_s": round(self.busy_s, 3),
             "by_topic": dict(self.by_topic),

@@ -19,18 +19,19 @@ commit and restored with it, so a committed offset never loses a point that is s
 from __future__ import annotations
 
 import base64
+import math
 import time
 from typing import Any
 
 import orjson
 from confluent_kafka import Message
 from perfsift.operators import SnapshotError
-from perfsift.streams.checkpoint import Checkpoints
+from perfsift.streams.checkpoint import Checkpoints, Partition
 from perfsift.streams.clients import dead_letter_record, where
 from perfsift.streams.config import PipelineConfig, StageConfig
 from perfsift.streams.ingest import Assembler, IngestError, IngestSettings, decoder_for
 from perfsift.streams.ingest.text import Decoder
-from perfsift.streams.runner import StageRunner, _Partition
+from perfsift.streams.runner import StageRunner
 from perfsift.streams.stage import Chain
 
 
@@ -79,6 +80,9 @@ class IngestRunner(StageRunner):
         if settings.format != "perfsift":  # pass-through samples: nothing pending to snapshot
             self._checkpoints = IngestCheckpoints(self._checkpoints, settings)
         self._ingest = settings
+        # a snapshot at every commit: what the assembler emits follows the wall clock, so records
+        # replayed after a restart would not rebuild the same pending rows
+        self.snapshot_share = math.inf
         #: data points decoded (all formats but perfsift)
         self.points_in = 0
 
@@ -106,7 +110,7 @@ class IngestRunner(StageRunner):
             if samples:
                 self._publish(part, asm, samples)
 
-    def _publish(self, part: _Partition, asm: Assembler, samples: list[Any]) -> None:
+    def _publish(self, part: Partition, asm: Assembler, samples: list[Any]) -> None:
         batch = asm.to_batch(samples)
         batch, refused = part.guard.check(batch)
         for row, reason, detail in refused:  # no message to park: the sample itself is the record
@@ -119,7 +123,7 @@ class IngestRunner(StageRunner):
             self._emit(part.chain.process(batch))
         part.dirty = True  # the assembler changed: its snapshot goes with the next commit
 
-    def _process_partition(self, tp: tuple[str, int], part: _Partition, ms: list[Message]) -> None:
+    def _process_partition(self, tp: tuple[str, int], part: Partition, ms: list[Message]) -> None:
         settings = self._ingest
         assert settings is not None
         if settings.format == "perfsift":  # samples already: the runner's own decoding
