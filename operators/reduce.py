@@ -27,6 +27,9 @@ from perfsift.operators.pursuit import ProjectionPursuit
 from perfsift.operators.selection import DataReduction
 
 POLICIES = ("union", "pursuit", "reduction")
+#: selections kept per job for samples that arrive after their period closed (at most one new
+#: selection per period, so at least this many periods back); older ones pass whole
+HISTORY = 64
 
 
 class _JobSelection:
@@ -177,7 +180,7 @@ class Reduce(Router):
         st.kept = kept
         st.version += 1
         from_period = round(float(rec["period_end"]) / self.period_)
-        st.history.append((from_period, kept, st.version))
+        st.history = [*st.history[-(HISTORY - 1) :], (from_period, kept, st.version)]
         if self.control:
             per_node = self._samples_per_period(rec)
             out["control"].append(
@@ -202,8 +205,9 @@ class Reduce(Router):
         for from_period, k, v in st.history:  # the selection in force in this period
             if from_period <= period:
                 kept, version = k, v
-        in_force = [h for h in st.history if h[0] <= period][-1:]  # bounded: the one in force and later ones
-        st.history = in_force + [h for h in st.history if h[0] > period]
+        # the history is not pruned here: a node that lags the others (a replay, where one upstream
+        # partition's samples come long before another's) gets the selection in force in its
+        # sample's period, as if it had been on time, not everything
         full = kept is None or (self.full_every > 0 and period % self.full_every == 0)
         present = ~np.isnan(rows.values)
         st.samples += len(rows)

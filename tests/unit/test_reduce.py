@@ -85,3 +85,30 @@ def test_a_data_reduction_selection_keeps_its_metrics_in_the_stream_and_the_cont
     kept_ever = {m for c in out["control"] for m in c["keep"]}
     later = [r for r in reduced_rows(out) if r["selection_version"] >= 0]
     assert later and all(r["metrics"] and set(r["metrics"]) <= kept_ever for r in later)
+
+
+def test_a_node_that_lags_gets_the_selection_of_its_samples_period() -> None:
+    """A replay: one upstream partition's nodes come whole before another's. The lagging nodes'
+    samples reach reduce after their periods closed; each gets the selection in force in its own
+    period (the one the on-time nodes got there), not the whole sample."""
+    batch, _ = smoothed(duration=1200)
+    names = batch.node_names()
+    late_nodes = {"n09", "n10", "n11"} & set(names) or set(sorted(set(names))[-3:])
+    late = np.array([n in late_nodes for n in names])
+    op = Reduce(pursuit={"period": 30.0, "window": 5, "slack": 32}, full_every=5)
+    chunks = np.array_split(np.flatnonzero(~late), 6)
+    on_time = [r for rows in chunks for r in reduced_rows(op.update(batch.take(rows)))]
+    lagging = reduced_rows(op.update(batch.take(np.flatnonzero(late))))
+    lagging += reduced_rows(op.flush())
+    by_period = {}
+    for r in on_time:
+        by_period.setdefault(int(r["ts"] // 30), set()).add((r["selection_version"], r["full"], tuple(r["metrics"])))
+    assert {r["node"] for r in lagging} >= late_nodes
+    checked = 0
+    for r in lagging:
+        seen = by_period.get(int(r["ts"] // 30))
+        if seen is not None and len(seen) == 1:  # a period the on-time nodes saw under one selection
+            assert {(r["selection_version"], r["full"], tuple(r["metrics"]))} == seen, r
+            checked += 1
+    assert checked > 0.8 * len(lagging)
+    assert sum(not r["full"] for r in lagging) > 0.5 * len(lagging)  # reduced, not passed whole
