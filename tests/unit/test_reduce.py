@@ -100,7 +100,7 @@ def test_a_node_that_lags_gets_the_selection_of_its_samples_period() -> None:
     on_time = [r for rows in chunks for r in reduced_rows(op.update(batch.take(rows)))]
     lagging = reduced_rows(op.update(batch.take(np.flatnonzero(late))))
     lagging += reduced_rows(op.flush())
-    by_period = {}
+    by_period: dict[int, set[tuple[int, bool, tuple[str, ...]]]] = {}
     for r in on_time:
         by_period.setdefault(int(r["ts"] // 30), set()).add((r["selection_version"], r["full"], tuple(r["metrics"])))
     assert {r["node"] for r in lagging} >= late_nodes
