@@ -113,6 +113,14 @@ def runner_metrics(
     )
     rev.add_metric([stage], s.revoked_partitions)
     yield rev
+    replayed = CounterMetricFamily(
+        "perfsift_replayed_records",
+        "records replayed without emitting after a restart or a moved partition (from its snapshot to the "
+        "committed offset)",
+        labels=["stage"],
+    )
+    replayed.add_metric([stage], s.replayed)
+    yield replayed
     kafka = GaugeMetricFamily(
         "perfsift_kafka",
         "librdkafka statistics of the stage's clients (statistics.interval.ms): queue_messages, queue_bytes, "

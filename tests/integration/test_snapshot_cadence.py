@@ -11,12 +11,20 @@ import pytest
 from perfsift.streams.checkpoint import Cadence, parse_record
 from perfsift.streams.clients import create_pipeline_topics
 from perfsift.streams.config import ConfigError, load_pipeline
+from perfsift.streams.http import _RunnerCollector
 from perfsift.streams.publish import publish_samples
 from perfsift.streams.runner import StageRunner, run_in_thread
 from perfsift.streams.topics import STATE_TOPIC
+from prometheus_client import CollectorRegistry, generate_latest
 
 from tests.conftest import read_topic
 from tests.integration.test_stage import assert_close, expected_means, make_samples, write_pipeline
+
+
+def _collector(runner: StageRunner) -> CollectorRegistry:
+    registry = CollectorRegistry()
+    registry.register(_RunnerCollector(runner))
+    return registry
 
 
 def run_halves(kafka: dict, prefix: str, tmp_path: Path, share: str) -> tuple[list[dict], list[StageRunner], list]:
@@ -46,6 +54,8 @@ def test_a_restart_replays_from_the_first_snapshot_without_emitting(kafka: dict,
     assert b.stats.restored_partitions == 3
     assert b.stats.replayed == len(samples) // 2 == a.stats.records_in
     assert b.stats.records_in == len(samples) // 2
+    scraped = generate_latest(_collector(b)).decode()  # what /metrics says of the catch-up
+    assert f'perfsift_replayed_records_total{{stage="smooth"}} {len(samples) // 2}.0' in scraped
     state = read_topic(kafka, f"{prefix}{STATE_TOPIC}", lambda r: len(r) >= 3, timeout=10, decode=False)
     records = [parse_record(m.value()) for m in state if not m.key().startswith(b"marker/")]
     assert len(records) == 3 and {r["next_offset"] for r in records} == {0}  # the fresh chains only
