@@ -107,10 +107,14 @@ class Checkpoints:
         """The state partition that holds an input partition's snapshots."""
         return partition % self.partitions
 
-    def record(self, topic: str, partition: int, next_offset: int, chain: Chain, fingerprint: str) -> bytes:
+    def record(
+        self, topic: str, partition: int, next_offset: int, chain: Chain, fingerprint: str, fresh: bool = False
+    ) -> bytes:
         """The snapshot record: ``PSS\x01``, a u32 length and a JSON header (stage, topic,
         partition, next_offset, fingerprint), then each operator's snapshot as a u32 length and its
-        bytes (binary, not base64 in JSON: a third smaller, and zstd compresses it better)."""
+        bytes (binary, not base64 in JSON: a third smaller, and zstd compresses it better). A
+        ``fresh`` chain (nothing processed yet) is the header alone with ``"fresh": true``: its
+        operators' snapshots are empty arrays whose headers alone take some 9 kB."""
         head = orjson.dumps(
             {
                 "stage": self.stage,
@@ -118,11 +122,11 @@ class Checkpoints:
                 "partition": partition,
                 "next_offset": next_offset,
                 "fingerprint": fingerprint,
-                **self.header_extra(chain),
+                **({"fresh": True} if fresh else self.header_extra(chain)),
             }
         )
         parts = [_STATE_MAGIC, _LEN.pack(len(head)), head]
-        for op in chain.operators:
+        for op in () if fresh else chain.operators:
             snap = op.snapshot()
             parts += [_LEN.pack(len(snap)), snap]
         return b"".join(parts)
@@ -137,6 +141,9 @@ class Checkpoints:
         if snap["fingerprint"] != fingerprint:
             log.warning("stage %s: state of %s was made by another configuration; starting fresh", self.stage, where_)
             return None
+        if snap.get("fresh"):  # the chain as it starts: nothing to load into it
+            chain.reset()
+            return int(snap["next_offset"])
         try:
             for op, blob in zip(chain.operators, snap["operators"], strict=True):
                 op.restore(blob if isinstance(blob, bytes) else base64.b64decode(blob))

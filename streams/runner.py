@@ -298,7 +298,7 @@ class StageRunner:
             if not (ms := ms[k:]):
                 return
         if self.pipeline.snapshots and part.cadence.size < 0:  # the state the partition starts from
-            self._snapshot(tp, part, where(ms[0])[2], force=True)
+            self._snapshot(tp, part, where(ms[0])[2], fresh=True)
         topic, partition = tp
         values = [m.value() for m in ms]
         big = part.guard.oversized(values)
@@ -392,12 +392,12 @@ class StageRunner:
         self.stats.commits += 1
         self._update_lag()
 
-    def _snapshot(self, tp: tuple[str, int], part: Partition, next_offset: int, force: bool = False) -> None:
+    def _snapshot(self, tp: tuple[str, int], part: Partition, next_offset: int, fresh: bool = False) -> None:
         """Write ``part``'s chain as the state before ``next_offset`` (sent with the next commit)
-        if ``force`` or its size fits the partition's share of the input; else remember the size."""
+        if ``fresh`` (always) or its size fits the partition's share of the input; else remember the size."""
         cp, (t, p) = self._checkpoints, tp
-        record = cp.record(t, p, next_offset, part.chain, self._fingerprint)
-        if force or part.cadence.fits(len(record)):
+        record = cp.record(t, p, next_offset, part.chain, self._fingerprint, fresh)
+        if fresh or part.cadence.fits(len(record)):
             self._produce(cp.topic, self.stats.count_state(record), cp.key(t, p), partition=cp.partition(p))
             part.cadence.wrote(len(record))
         else:
