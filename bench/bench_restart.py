@@ -73,7 +73,7 @@ def main() -> None:
             print(label, data[label], flush=True)
             rows += [
                 {"measure": f"{label}: state snapshots written / perf.raw read (payload)",
-                 "value": f"{state / 1e6:.2f} MB / {raw / 1e6:.1f} MB ({state / raw:.3f} ×)", "target": ""},
+                 "value": f"{state / 1e3:,.1f} kB / {raw / 1e6:.1f} MB ({state / raw:.4f} ×)", "target": ""},
                 {"measure": f"{label}: restart of the node stage until caught up (assignment, snapshots read, "
                             "replay)",
                  "value": f"{took:.1f} s, {second.stats.replayed:,} records replayed", "target": ""},
