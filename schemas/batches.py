@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import orjson
 from perfsift.operators.batch import Batch
+from perfsift.schemas._json_scan import scan_samples
 from perfsift.schemas.codecs import codec_for
 from perfsift.schemas.frames import decode_frame, is_frame
 from perfsift.schemas.records import MAX_METRICS, SEQ_MAX, SEQ_MIN, RecordError, validate_sample
@@ -169,6 +170,24 @@ def _to_float_matrix(
     return out
 
 
+def _decode_scanned(values: Sequence[bytes | None]) -> Batch | None:
+    """The raw sample shape of perfsift's producers, scanned at C speed
+    (:mod:`~perfsift.schemas._json_scan`); None for anything else, which orjson then decodes."""
+    try:
+        blob = b"".join(values)  # type: ignore[arg-type]
+    except TypeError:  # a null message
+        return None
+    offsets = np.fromiter(itertools.accumulate(map(len, values), initial=0), np.int64, len(values) + 1)  # type: ignore[arg-type]
+    scanned = scan_samples(blob, offsets, MAX_METRICS, SEQ_MIN, SEQ_MAX)
+    if scanned is None:
+        return None
+    ts, (node_idx, nodes), (job_idx, jobs), seq, names, matrix = scanned
+    if len(set(names)) < len(names):
+        return None  # a repeated name: orjson keeps the last value
+    return Batch(ts=ts, node_idx=node_idx, values=matrix, metrics=tuple(names), nodes=tuple(nodes),
+                 job_idx=job_idx, jobs=tuple(jobs), seq=seq)  # fmt: skip
+
+
 def _decode_uniform(values: Sequence[bytes | None]) -> Batch | None:
     """The common case at C speed: every message a valid JSON sample with the same metric names in
     the same order. One pass per field (list comprehensions, set-of-types checks) instead of
@@ -241,7 +260,9 @@ def decode_samples(
     if any(map(is_frame, values)):
         return _decode_with_frames(values, where, codec)
     if codec == "json":
-        uniform = _decode_uniform(values)
+        uniform = _decode_scanned(values) if values else None
+        if uniform is None:
+            uniform = _decode_uniform(values)
         if uniform is not None:
             return uniform, list(range(len(values))), []
     loc = where or (lambda i: f"record {i}")
