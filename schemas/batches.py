@@ -170,6 +170,16 @@ def _to_float_matrix(
     return out
 
 
+_WARM_SAMPLE = b'{"ts":1.0,"node":"n","job":"j","seq":0,"metrics":{"m":0.5}}'
+
+
+def warm_up_decoder() -> None:
+    """Load the raw-sample scanner's compiled code (numba's cache; compiled there the first time)
+    so that a stage's first micro-batch does not wait for it; a no-op once loaded."""
+    if _decode_scanned([_WARM_SAMPLE]) is None:  # pragma: no cover - the sample has the shape
+        raise AssertionError("the raw-sample scanner refused its warm-up sample")
+
+
 def _decode_scanned(values: Sequence[bytes | None]) -> Batch | None:
     """The raw sample shape of perfsift's producers, scanned at C speed
     (:mod:`~perfsift.schemas._json_scan`); None for anything else, which orjson then decodes."""
