@@ -58,9 +58,11 @@ _MASK55 = np.uint64(0xFFFFFFFFFFFFFFFF >> 55)  # precision = 52 explicit bits + 
 _HIDDEN = np.uint64(1 << 52)
 _OVERFLOW = np.uint64(2 << 52)
 _TEN = np.uint64(10)
+_D0 = np.uint64(48)
+_NINE = np.uint64(9)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _mul128(a: np.uint64, b: np.uint64) -> tuple[np.uint64, np.uint64]:  # pragma: no cover - numba
     """(low, high) 64-bit words of the 128-bit product a * b."""
     a_lo, a_hi = a & _M32, a >> _U32
@@ -70,7 +72,7 @@ def _mul128(a: np.uint64, b: np.uint64) -> tuple[np.uint64, np.uint64]:  # pragm
     return (p0 & _M32) | (mid << _U32), p3 + (p1 >> _U32) + (p2 >> _U32) + (mid >> _U32)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _to_bits(q: int, w: np.uint64, hi5: np.ndarray, lo5: np.ndarray) -> tuple[np.uint64, bool]:  # pragma: no cover
     """IEEE bits (sign clear) of w * 10**q, correctly rounded, for w > 0; False where Eisel-Lemire
     cannot decide or the value is subnormal, zero or infinite (the caller gives up)."""
@@ -106,14 +108,14 @@ def _to_bits(q: int, w: np.uint64, hi5: np.ndarray, lo5: np.ndarray) -> tuple[np
     return (mantissa & ~_HIDDEN) | (np.uint64(power2) << np.uint64(52)), True
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _skip_ws(buf: np.ndarray, i: int, end: int) -> int:  # pragma: no cover - numba
     while i < end and (buf[i] == 32 or buf[i] == 10 or buf[i] == 13 or buf[i] == 9):
         i += 1
     return i
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _literal(buf: np.ndarray, i: int, end: int, text: np.ndarray) -> int:  # pragma: no cover - numba
     """Position after ``text`` (whitespace skipped before it), or -1 if it is not there."""
     i = _skip_ws(buf, i, end)
@@ -125,7 +127,7 @@ def _literal(buf: np.ndarray, i: int, end: int, text: np.ndarray) -> int:  # pra
     return i + len(text)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _key(
     buf: np.ndarray, i: int, end: int, before: np.ndarray, key: np.ndarray, colon: np.ndarray
 ) -> int:  # pragma: no cover
@@ -138,7 +140,7 @@ def _key(
     return i
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _string(buf: np.ndarray, i: int, end: int) -> tuple[int, int]:  # pragma: no cover - numba
     """(start, end) of a string's contents at i (whitespace skipped): printable ASCII without
     escapes only; (-1, -1) otherwise."""
@@ -157,7 +159,7 @@ def _string(buf: np.ndarray, i: int, end: int) -> tuple[int, int]:  # pragma: no
     return -1, -1
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _number(
     buf: np.ndarray, i: int, end: int, hi5: np.ndarray, lo5: np.ndarray
 ) -> tuple[int, np.uint64, bool, np.int64 | int]:  # pragma: no cover - numba
@@ -175,10 +177,13 @@ def _number(
     if buf[i] == 48:
         i += 1
     else:
-        while i < end and 48 <= buf[i] <= 57:
+        while i < end:
+            d = np.uint64(buf[i]) - _D0
+            if d > _NINE:
+                break
             if nd == 19:
                 return -1, _U0, False, 0
-            w = w * _TEN + np.uint64(buf[i] - 48)
+            w = w * _TEN + d
             nd += 1
             i += 1
     is_int = True
@@ -188,12 +193,14 @@ def _number(
         i += 1
         if i >= end or buf[i] < 48 or buf[i] > 57:
             return -1, _U0, False, 0
-        while i < end and 48 <= buf[i] <= 57:
-            d = buf[i] - 48
-            if w != _U0 or d != 0:
+        while i < end:
+            d = np.uint64(buf[i]) - _D0
+            if d > _NINE:
+                break
+            if w != _U0 or d != _U0:
                 if nd == 19:
                     return -1, _U0, False, 0
-                w = w * _TEN + np.uint64(d)
+                w = w * _TEN + d
                 nd += 1
             q -= 1
             i += 1
