@@ -267,12 +267,14 @@ def decode_samples(
     (:mod:`~perfsift.schemas.frames`) are recognised whatever ``codec``: each gives its rows, all
     with the frame's input position in ``kept``.
     """
+    if codec == "json" and values:
+        scanned = _decode_scanned(values)  # never takes a column frame: a frame does not start with "{"
+        if scanned is not None:
+            return scanned, list(range(len(values))), []
     if any(map(is_frame, values)):
         return _decode_with_frames(values, where, codec)
     if codec == "json":
-        uniform = _decode_scanned(values) if values else None
-        if uniform is None:
-            uniform = _decode_uniform(values)
+        uniform = _decode_uniform(values)
         if uniform is not None:
             return uniform, list(range(len(values))), []
     loc = where or (lambda i: f"record {i}")
