@@ -278,13 +278,21 @@ class Clean(Transformer):
         )
         rows, jcols = np.nonzero(rule)
         rule_names = {1: STAT_RULE[self.mode], 2: "kb_max", 3: "negative"}
-        for i, j, r in zip(rows.tolist(), jcols.tolist(), rule[rows, jcols].tolist(), strict=True):
+        batch_metrics, action = batch.metrics, self.action
+        cells = (
+            rows.tolist(),
+            jcols.tolist(),
+            rule[rows, jcols].tolist(),
+            vals[rows, jcols].tolist(),
+            thr[rows, jcols].tolist(),
+        )
+        for i, j, r, original, threshold in zip(*cells, strict=True):  # one column per field, not a scalar per value
             f = {
-                "metric": batch.metrics[j],
+                "metric": batch_metrics[j],
                 "rule": rule_names[r],
-                "action": self.action,
-                "original": float(vals[i, j]),
-                "threshold": float(thr[i, j]),
+                "action": action,
+                "original": original,
+                "threshold": threshold,
             }
             flags[i] = [f] if flags[i] is None else [*flags[i], f]  # type: ignore[misc]
         if self.impute != "none":

@@ -58,13 +58,23 @@ def snapshot_scores(v: np.ndarray, row_id: np.ndarray, distance: bool = False) -
     snapshot) per row, the robust z of each row across the rows of its snapshot (snapshots with
     fewer than 3 nodes are left out) -- with ``distance`` the norm of the row's z over the k
     columns -- then per node the median over its snapshots."""
+    return _node_medians(_snapshot_z(v, row_id), row_id, distance)
+
+
+def _snapshot_z(v: np.ndarray, row_id: np.ndarray) -> np.ndarray:
+    """The robust z of each row across the rows of its snapshot (NaN in snapshots of < 3 rows)."""
     z = np.full(v.shape, np.nan)
     snaps = row_id[:, 1]
     for s in np.unique(snaps):
         rows = np.flatnonzero(snaps == s)
         if len(rows) >= 3:
             z[rows] = robust_z(v[rows])
-    scored = ~np.isnan(z[:, 0]) if v.shape[1] else np.zeros(len(v), dtype=bool)
+    return z
+
+
+def _node_medians(z: np.ndarray, row_id: np.ndarray, distance: bool) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`snapshot_scores` from the per-row z of :func:`_snapshot_z`."""
+    scored = ~np.isnan(z[:, 0]) if z.shape[1] else np.zeros(len(z), dtype=bool)
     node = row_id[scored, 0]
     order = np.argsort(node, kind="stable")
     codes, first, counts = np.unique(node[order], return_index=True, return_counts=True)
@@ -106,12 +116,13 @@ def node_deviants(
     xs = x[:, [col[m] for m in weight_names]]
     sd = xs.std(axis=0)
     y = ((xs - xs.mean(axis=0)) / np.where(sd > 0, sd, 1.0)) @ weights  # rows × axes
-    present, dist = snapshot_scores(y, row_id, distance=True)
+    y_z = _snapshot_z(y, row_id)  # one robust z per row for both the distance and the position
+    present, dist = _node_medians(y_z, row_id, distance=True)
     if not len(present):
         return {}, {}, []
     z = dist[:, 0]
     node_z = {nodes[int(k)]: float(v) for k, v in zip(present, z, strict=True)}
-    has_pos, pos = snapshot_scores(y, row_id)
+    has_pos, pos = _node_medians(y_z, row_id, distance=False)
     node_pos = {nodes[int(k)]: [float(v) for v in p] for k, p in zip(has_pos, pos, strict=True)}
     candidates = [int(i) for i in np.argsort(-z, kind="stable") if z[i] >= threshold]
     sel = [m for m in selected if m in col]

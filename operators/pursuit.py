@@ -343,7 +343,7 @@ class ProjectionPursuit(Decider):
             return np.concatenate([across_processors(st.ring[k, p], self.snapshot_norm) for k, p in rows], axis=0)
 
         if self.row_mode == "processors":
-            h = 1
+            h, x = 1, snapshots(1)
         else:
             probe = snapshots(self.h_max)
             ok = ~np.isnan(probe)
@@ -354,7 +354,8 @@ class ProjectionPursuit(Decider):
                 mean = np.abs(np.nanmean(np.where(ok, probe, np.nan), axis=0))
             n_eff = int((present & (sd > np.maximum(1e-9 * mean, 1e-12))).sum())
             h = int(np.clip(np.ceil(self.target_rows_per_dim * max(n_eff, 1) / len(live)), 1, self.h_max))
-        x = snapshots(h)
+            upto = st.row_id[:, 1] < h  # the first h snapshots: the probe's first rows, not made again
+            x, st.row_id = probe[upto], st.row_id[upto]
         info["snapshots"] = h
         order = sorted(range(len(st.metrics)), key=st.metrics.__getitem__)
         return x[:, order], [st.metrics[j] for j in order], info

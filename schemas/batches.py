@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import orjson
 from perfsift.operators.batch import Batch
+from perfsift.schemas._json_scan import scan_samples
 from perfsift.schemas.codecs import codec_for
 from perfsift.schemas.frames import decode_frame, is_frame
 from perfsift.schemas.records import MAX_METRICS, SEQ_MAX, SEQ_MIN, RecordError, validate_sample
@@ -169,6 +170,34 @@ def _to_float_matrix(
     return out
 
 
+_WARM_SAMPLE = b'{"ts":1.0,"node":"n","job":"j","seq":0,"metrics":{"m":0.5}}'
+
+
+def warm_up_decoder() -> None:
+    """Load the raw-sample scanner's compiled code (numba's cache; compiled there the first time)
+    so that a stage's first micro-batch does not wait for it; a no-op once loaded."""
+    if _decode_scanned([_WARM_SAMPLE]) is None:  # pragma: no cover - the sample has the shape
+        raise AssertionError("the raw-sample scanner refused its warm-up sample")
+
+
+def _decode_scanned(values: Sequence[bytes | None]) -> Batch | None:
+    """The raw sample shape of perfsift's producers, scanned at C speed
+    (:mod:`~perfsift.schemas._json_scan`); None for anything else, which orjson then decodes."""
+    try:
+        blob = b"".join(values)  # type: ignore[arg-type]
+    except TypeError:  # a null message
+        return None
+    offsets = np.fromiter(itertools.accumulate(map(len, values), initial=0), np.int64, len(values) + 1)  # type: ignore[arg-type]
+    scanned = scan_samples(blob, offsets, MAX_METRICS, SEQ_MIN, SEQ_MAX)
+    if scanned is None:
+        return None
+    ts, (node_idx, nodes), (job_idx, jobs), seq, names, matrix = scanned
+    if len(set(names)) < len(names):
+        return None  # a repeated name: orjson keeps the last value
+    return Batch(ts=ts, node_idx=node_idx, values=matrix, metrics=tuple(names), nodes=tuple(nodes),
+                 job_idx=job_idx, jobs=tuple(jobs), seq=seq)  # fmt: skip
+
+
 def _decode_uniform(values: Sequence[bytes | None]) -> Batch | None:
     """The common case at C speed: every message a valid JSON sample with the same metric names in
     the same order. One pass per field (list comprehensions, set-of-types checks) instead of
@@ -238,6 +267,10 @@ def decode_samples(
     (:mod:`~perfsift.schemas.frames`) are recognised whatever ``codec``: each gives its rows, all
     with the frame's input position in ``kept``.
     """
+    if codec == "json" and values:
+        scanned = _decode_scanned(values)  # never takes a column frame: a frame does not start with "{"
+        if scanned is not None:
+            return scanned, list(range(len(values))), []
     if any(map(is_frame, values)):
         return _decode_with_frames(values, where, codec)
     if codec == "json":
