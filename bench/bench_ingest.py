@@ -37,7 +37,7 @@ from perfsift.streams.ingest.stage import IngestRunner
 from perfsift.streams.logs import kafka_logger
 from perfsift.streams.runner import run_in_thread
 
-from bench.common import write_result
+from bench.common import produce, write_result
 
 SERIES = 20
 T0_NS = 1_700_000_000 * 10**9
@@ -87,12 +87,7 @@ def fill(props: dict, topic: str, make, hosts: int, collections: int) -> int:  #
         for h in range(hosts):
             value = make(h, k)
             size += len(value)
-            while True:
-                try:
-                    p.produce(topic, value, f"host{h:04d}".encode())
-                    break
-                except BufferError:
-                    p.poll(0.05)
+            produce(p, topic, value, f"host{h:04d}".encode())
     assert p.flush(120) == 0
     return size
 

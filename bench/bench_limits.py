@@ -24,7 +24,7 @@ from perfsift.streams.broker import EmbeddedBroker
 from perfsift.streams.clients import create_pipeline_topics, producer_settings
 from perfsift.streams.config import load_pipeline
 
-from bench.common import write_result
+from bench.common import produce, write_result
 
 BURST = 100_000
 PIPELINE = """topic_prefix: "{prefix}"
@@ -111,12 +111,7 @@ def main() -> None:
             create_pipeline_topics(cfg, props)
             p = Producer(producer_settings(props))
             for v, key in values:
-                while True:
-                    try:
-                        p.produce(cfg.topic("perf.raw"), v, key)
-                        break
-                    except BufferError:
-                        p.poll(0.05)
+                produce(p, cfg.topic("perf.raw"), v, key)
             assert p.flush(120) == 0
             shared = manager.dict()
             child = mp.get_context("spawn").Process(

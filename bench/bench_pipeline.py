@@ -38,7 +38,7 @@ from perfsift.streams.config import load_pipeline, with_overrides
 from perfsift.streams.local import expected_inputs, start_stages
 from perfsift.streams.runner import wait_assigned
 
-from bench.common import write_result
+from bench.common import produce, write_result
 
 
 def cpu_seconds(names: dict[int, str]) -> dict[str, float]:
@@ -87,12 +87,7 @@ def publish_sweep(props: dict[str, str], topic: str, c: dict[str, Any], nodes: i
         for q in range(nodes):
             rec = {"ts": t, "node": f"n{q:03d}", "job": "sweep3d", "seq": s,
                    "metrics": dict(zip(names, vals[s, q].tolist(), strict=True))}  # fmt: skip
-            while True:
-                try:
-                    p.produce(topic, orjson.dumps(rec), rec["node"].encode())
-                    break
-                except BufferError:
-                    p.poll(0.05)
+            produce(p, topic, orjson.dumps(rec), rec["node"].encode())
             sent += 1
     p.flush(60)
     return sent
@@ -142,12 +137,7 @@ def _hop(props: dict[str, str], src: str, dst: str | None, group: str, total: in
                 continue
             n += 1
             if p is not None and dst is not None:
-                while True:
-                    try:
-                        p.produce(dst, m.value(), m.key())
-                        break
-                    except BufferError:
-                        p.poll(0.05)
+                produce(p, dst, m.value(), m.key())
         if p is not None:
             p.poll(0)
     if p is not None:

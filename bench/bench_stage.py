@@ -25,7 +25,7 @@ from perfsift.streams.config import OperatorSpec, StageConfig, load_pipeline, wi
 from perfsift.streams.logs import kafka_logger
 from perfsift.streams.runner import StageRunner, run_in_thread
 
-from bench.common import write_result
+from bench.common import produce, write_result
 
 
 def fill(props: dict, topic: str, n: int, nodes: int = 256) -> None:
@@ -42,12 +42,7 @@ def fill(props: dict, topic: str, n: int, nodes: int = 256) -> None:
             "seq": i // nodes,
             "metrics": dict(zip(names, vals[i], strict=True)),
         }
-        while True:
-            try:
-                p.produce(topic, orjson.dumps(rec), node.encode())
-                break
-            except BufferError:
-                p.poll(0.05)
+        produce(p, topic, orjson.dumps(rec), node.encode())
     assert p.flush(60) == 0
 
 
@@ -64,12 +59,7 @@ def passthrough(props: dict, src: str, dst: str, n: int, batch: int) -> float:
             t0 = time.monotonic()
         for m in msgs:
             if m.error() is None:
-                while True:
-                    try:
-                        p.produce(dst, m.value(), m.key())
-                        break
-                    except BufferError:
-                        p.poll(0.05)
+                produce(p, dst, m.value(), m.key())
                 got += 1
         p.poll(0)
     assert p.flush(60) == 0

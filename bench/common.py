@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from confluent_kafka import Producer
 
 ROOT = Path(__file__).resolve().parent
 RESULTS = ROOT / "results"
@@ -42,6 +43,16 @@ def machine() -> dict[str, Any]:
         "commit": commit,
         "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
     }
+
+
+def produce(p: Producer, topic: str, value: bytes | None, key: bytes | None) -> None:
+    """``p.produce``, waiting for deliveries while the local queue is full."""
+    while True:
+        try:
+            p.produce(topic, value, key)
+            return
+        except BufferError:
+            p.poll(0.05)
 
 
 def write_result(name: str, result: dict[str, Any]) -> Path:
