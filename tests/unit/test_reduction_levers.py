@@ -76,19 +76,25 @@ def test_a_refit_centres_squares_on_the_refitted_trace() -> None:
     assert stale < 0.5
 
 
+def _lagged_trace(seed: int, n: int = 400) -> list[dict]:
+    """Node ``srv`` with ``load`` and ``other``, node ``app`` with ``perf`` = 2 × ``load`` one second
+    earlier plus noise: a response only a lag explains."""
+    rng = np.random.default_rng(seed)
+    load, other = rng.normal(size=n), rng.normal(size=n)
+    perf = np.r_[0.0, 2 * load[:-1]] + 0.2 * rng.normal(size=n)
+    samples = []
+    for t in range(n):
+        samples.append(
+            {"ts": float(t), "node": "srv", "job": "j", "metrics": {"load": float(load[t]), "other": float(other[t])}}
+        )
+        samples.append({"ts": float(t), "node": "app", "job": "j", "metrics": {"perf": float(perf[t])}})
+    return samples
+
+
 def test_select_metrics_honours_lags_and_smooth(tmp_path: Path) -> None:
     """The options reach the regression: a response that follows ``load`` one bucket later is
     explained with ``--lags 1`` through ``srv/load@t-1``, and ``--smooth`` changes the features."""
-    rng = np.random.default_rng(4)
-    n = 400
-    load, other = rng.normal(size=n), rng.normal(size=n)
-    perf = np.r_[0.0, 2 * load[:-1]] + 0.2 * rng.normal(size=n)
-    recs = []
-    for t in range(n):
-        recs.append(
-            {"ts": float(t), "node": "srv", "job": "j", "metrics": {"load": float(load[t]), "other": float(other[t])}}
-        )
-        recs.append({"ts": float(t), "node": "app", "job": "j", "metrics": {"perf": float(perf[t])}})
+    recs = _lagged_trace(seed=4)
     path = tmp_path / "trace.jsonl"
     path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in recs))
     x0, _, n0 = _table_of(path, "perf", 1.0)
@@ -120,17 +126,7 @@ def test_the_streaming_rows_are_the_offline_ones() -> None:
 def test_the_streaming_operator_honours_lags() -> None:
     """DataReduction(lags=1): a response that follows ``load`` one bucket later is explained by
     ``srv/load@t-1``, whatever the batching; without lags it is not."""
-    rng = np.random.default_rng(8)
-    n = 400
-    load, other = rng.normal(size=n), rng.normal(size=n)
-    perf = np.r_[0.0, 2 * load[:-1]] + 0.2 * rng.normal(size=n)
-    samples = []
-    for t in range(n):
-        samples.append(
-            {"ts": float(t), "node": "srv", "job": "j", "metrics": {"load": float(load[t]), "other": float(other[t])}}
-        )
-        samples.append({"ts": float(t), "node": "app", "job": "j", "metrics": {"perf": float(perf[t])}})
-    batch = samples_to_batch(samples)
+    batch = samples_to_batch(_lagged_trace(seed=8))
 
     def records(op: DataReduction, pieces: int) -> list[dict]:
         op.reset()
