@@ -11,12 +11,10 @@ runner commits:
   outputs: duplicates are possible, losses are not.
 - ``exactly_once``: outputs, snapshots and input offsets go into one Kafka transaction.
 
-Each input partition has its own operator chain, so state moves with the partition. A snapshot
-of a partition's chain is written before its first record and then whenever the input read
-since the last one makes it cost at most ``snapshot_share`` of the input bytes
-(:mod:`~perfsift.streams.checkpoint`). On assignment the runner restores the latest snapshot and
-resumes at its offset, replaying the records up to the committed offset silently: their outputs
-were written before, so the chain only relearns its state from them.
+Each input partition has its own operator chain, so state moves with the partition; its
+snapshots cost at most ``snapshot_share`` of the input bytes (:mod:`~perfsift.streams.checkpoint`).
+On assignment the runner restores the latest snapshot and resumes at its offset, replaying the
+records up to the committed offset silently: their outputs were written before.
 """
 
 from __future__ import annotations
@@ -30,7 +28,7 @@ from collections.abc import Callable
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
-from perfsift.schemas import decode_samples
+from perfsift.schemas.batches import decode_samples, warm_up_decoder
 from perfsift.streams.broker import is_embedded_cluster
 from perfsift.streams.checkpoint import Cadence, Checkpoints, Partition
 from perfsift.streams.clients import (
@@ -223,11 +221,12 @@ class StageRunner:
 
     def _warm_up(self) -> None:
         t = time.monotonic()
-        for op in self._template.operators:
+        json_in = [warm_up_decoder] if self.pipeline.encoding == "json" else []  # the raw-sample scanner
+        for warm in [*(op.warm_up for op in self._template.operators), *json_in]:
             try:
-                op.warm_up()
+                warm()
             except Exception:  # only a head start: the first batch will load what this did not
-                log.warning("stage %s: warming up %s failed", self.stage.name, type(op).__name__, exc_info=True)
+                log.warning("stage %s: warming up %s failed", self.stage.name, warm.__qualname__, exc_info=True)
         log.debug("stage %s: operators warmed up in %.2f s", self.stage.name, time.monotonic() - t)
 
     def _close(self) -> None:

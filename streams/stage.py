@@ -19,7 +19,6 @@ from typing import Any
 from perfsift.operators import Batch, Decider, Operator, Output, Router
 from perfsift.operators.forecast import PRIMARIES
 from perfsift.schemas import encode_batch, encode_records
-from perfsift.schemas.batches import warm_up_decoder
 from perfsift.schemas.encode import encode_forecasts
 from perfsift.schemas.frames import encode_frames
 from perfsift.streams.config import StageConfig
@@ -162,7 +161,6 @@ class Chain:
         #: ``columns``: samples to the topics only perfsift reads go out as column frames
         self.framing = framing
         self.operators = stage.build_chain()
-        warm_up_decoder()  # the runner decodes the stage's input with it: loaded before the first batch
 
     def fresh(self) -> Chain:
         """A new chain of the same stage, encoding and framing (fresh operators, no state)."""
