@@ -31,14 +31,17 @@ def test_run_on_the_embedded_default_processes_every_demo_sample(tmp_path: Path)
     # end), plus about 20 selection records (600 s in 30 s periods) and their control records
     assert select["records_in"] == node["by_topic"]["perf.smoothed.byjob"] and select["dead_letters"] == 0
     assert 960 - 16 * 4 <= select["records_out"] <= 960 + 60
-    # what perf.reduced carries, as the broker stores it, next to perf.raw (the state snapshots'
-    # share depends on how many commits the run makes, so the totals are a benchmark's: bench_bytes)
+    # what perf.reduced carries, as the broker stores it, next to perf.raw; the state snapshots cost
+    # at most snapshot_share (0.02) of the input after the fresh chains' headers, and everything
+    # written stays under what was read (the compressed total, 0.28-0.30, is bench_bytes')
     assert s["bytes"]["topics"]["perf.reduced"]["compressed_ratio"] <= 0.2
+    assert s["bytes"]["topics"]["perf.state"]["ratio"] <= 0.02 and s["bytes_written_ratio"] <= 1.0
     # the selection in force at the end, and what the reduced stream carried. At full replay speed
-    # partitions interleave differently from run to run, so how many periods passed whole before
-    # the first selection varies (measured 0.66-0.83 of the values); the kept set is always three.
+    # partitions interleave differently from run to run, but a node's samples that come after their
+    # period closed still get that period's selection (measured 0.34-0.38 of the values; 0.57-0.82
+    # when they passed whole); the kept set is always three.
     demo = s["jobs"]["demo"]
-    assert len(demo["kept"]) == 3 and 0.2 < demo["reduction_ratio"] < 0.95
+    assert len(demo["kept"]) == 3 and 0.2 < demo["reduction_ratio"] < 0.6
     assert "demo: keeps" in r.stdout
 
 
