@@ -5,9 +5,9 @@
 This VM's speed drifts by up to about 25 % within an hour, so two runs of
 ``bench_contract_forecast`` at different times cannot tell a 5 % change from noise. Here both
 versions run in the same process on the same batches, batch after batch in turn, and the ratio of
-their times is taken per pair. ``operators/forecast.py`` and the modules of its engines
-(``operators/_nws*.py``) of REV are loaded from git as modules of their own (the kernel uncached,
-so REV's code is what runs); their outputs are checked equal to the working tree's first. Set
+their times is taken per pair. ``operators/forecast/forecast.py`` and the modules of its engines
+(``operators/forecast/_nws*.py``) of REV are loaded from git as modules of their own (the kernel
+uncached, so REV's code is what runs); their outputs are checked equal to the working tree's first. Set
 ``NUMBA_NUM_THREADS`` for the thread count. Prints the two medians and the median time ratio (> 1:
 the working tree is faster).
 """
@@ -33,24 +33,26 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def revision_bank(rev: str, tmp: Path) -> type:
-    """REV's ForecastBank, bound to REV's engines: ``operators/forecast.py`` and ``operators/_nws*.py``
-    from git, each renamed ``perfsift_ab_<name>`` (imports among them rewritten) so they load beside
-    ours."""
+    """REV's ForecastBank, bound to REV's engines: ``forecast.py`` and ``_nws*.py`` (in
+    ``operators/forecast/``, or in ``operators/`` before issue #29) from git, each renamed
+    ``perfsift_ab_<name>`` (imports among them rewritten) so they load beside ours."""
 
     def git(*args: str) -> str:
         return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout
 
-    paths = [p for p in git("ls-tree", "--name-only", rev, "operators/").split() if Path(p).name.startswith("_nws")]
+    # issue #29 moved the family into operators/forecast/: REV may be on either side of the move
+    folder = "operators/forecast/" if git("ls-tree", "--name-only", rev, "operators/forecast/") else "operators/"
+    paths = [p for p in git("ls-tree", "--name-only", rev, folder).split() if Path(p).name.startswith("_nws")]
     names = ["forecast", *(Path(p).stem for p in paths)]
     alt = "|".join(map(re.escape, names))
     for name in names:
-        src = git("show", f"{rev}:operators/{name}.py").replace("cache=True", "cache=False")
-        src = re.sub(rf"from perfsift\.operators\.({alt}) import", r"from perfsift_ab_\1 import", src)
-        src = re.sub(
-            rf"from perfsift\.operators import ({alt})\b(?: as (\w+))?",
+        src = git("show", f"{rev}:{folder}{name}.py").replace("cache=True", "cache=False")
+        src = re.sub(  # module imports first: ``from perfsift.operators.forecast import _nws_kernel``
+            rf"from perfsift\.operators(?:\.forecast)? import ({alt})\b(?: as (\w+))?",
             lambda m: f"import perfsift_ab_{m[1]} as {m[2] or m[1]}",
             src,
         )
+        src = re.sub(rf"from perfsift\.operators(?:\.forecast)?\.({alt}) import", r"from perfsift_ab_\1 import", src)
         (tmp / f"perfsift_ab_{name}.py").write_text(src)
     sys.path.insert(0, str(tmp))
     try:  # every module now: the forecaster imports its kernel when it first runs

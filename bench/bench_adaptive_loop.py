@@ -17,7 +17,7 @@ from pathlib import Path
 
 import orjson
 from perfsift.producers import demo_trace_path
-from perfsift.streams.adaptive import loop_bytes, plot_loop
+from perfsift.producers.adaptive import loop_bytes, plot_loop
 from perfsift.streams.broker import EmbeddedBroker
 from perfsift.streams.clients import read_topic_to_end
 

@@ -24,10 +24,10 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+from perfsift.analysis.analyze import analyze
 from perfsift.producers.demo import demo_trace_path
 from perfsift.producers.synth import spmd
 from perfsift.producers.traces import write_samples
-from perfsift.streams.analyze import analyze
 from perfsift.streams.config import load_pipeline
 
 from bench.common import write_result

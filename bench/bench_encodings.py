@@ -21,8 +21,8 @@ import numpy as np
 import orjson
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
+from perfsift.formats.otlp.otlp_out import to_requests
 from perfsift.schemas import decode_samples, encode_batch, encode_records, samples_to_batch
-from perfsift.schemas.otlp import to_requests
 from perfsift.schemas.registry import use_registry
 
 from bench.common import write_result

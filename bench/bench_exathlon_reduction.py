@@ -17,10 +17,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from perfsift.operators.regression import expand_predictors
-from perfsift.operators.selection import bucket_rows
-from perfsift.streams.cli.ui import read_trace
-from perfsift.streams.evaluation import RegressionTable, evaluate_reduction
+from perfsift.analysis.evaluation import RegressionTable, evaluate_reduction
+from perfsift.cli.ui import read_trace
+from perfsift.operators.reduction.reduction import bucket_rows
+from perfsift.operators.reduction.regression import expand_predictors
 
 from bench.common import ROOT, write_result
 

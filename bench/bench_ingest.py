@@ -28,12 +28,12 @@ from confluent_kafka import Consumer, Producer
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import KeyValue
 from opentelemetry.proto.metrics.v1.metrics_pb2 import AGGREGATION_TEMPORALITY_CUMULATIVE, ResourceMetrics
+from perfsift.formats import Assembler, IngestSettings, decoder_for
+from perfsift.formats.settings import DEFAULT_MAPS
 from perfsift.streams.broker import EmbeddedBroker
 from perfsift.streams.clients import consumer_settings, create_pipeline_topics, producer_settings
 from perfsift.streams.config import StageConfig, load_pipeline
-from perfsift.streams.ingest import Assembler, IngestSettings, decoder_for
-from perfsift.streams.ingest.settings import DEFAULT_MAPS
-from perfsift.streams.ingest.stage import IngestRunner
+from perfsift.streams.ingest_stage import IngestRunner
 from perfsift.streams.logs import kafka_logger
 from perfsift.streams.runner import run_in_thread
 

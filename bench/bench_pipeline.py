@@ -29,13 +29,13 @@ from typing import Any
 import numpy as np
 import orjson
 from confluent_kafka import Consumer, Producer
+from perfsift.analysis.analyze import analyze
+from perfsift.cli.local import expected_inputs, start_stages
 from perfsift.producers.demo import demo_trace_path
 from perfsift.producers.synth import spmd
-from perfsift.streams.analyze import analyze
 from perfsift.streams.broker import EmbeddedBroker
 from perfsift.streams.clients import consumer_settings, create_pipeline_topics, producer_settings
 from perfsift.streams.config import load_pipeline, with_overrides
-from perfsift.streams.local import expected_inputs, start_stages
 from perfsift.streams.runner import wait_assigned
 
 from bench.common import produce, write_result

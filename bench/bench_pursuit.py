@@ -20,7 +20,7 @@ import time
 
 import numpy as np
 from perfsift.operators import Batch, ProjectionPursuit, SlidingMean
-from perfsift.operators.projection import projection_pursuit
+from perfsift.operators.pursuit.projection import projection_pursuit
 from perfsift.producers.synth import spmd
 from perfsift.schemas import encode_batch
 

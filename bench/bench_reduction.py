@@ -13,8 +13,8 @@ import statistics
 import time
 
 import numpy as np
-from perfsift.operators.redundancy import PairwiseMoments, cluster_features, constant_features
-from perfsift.operators.selection import _step2
+from perfsift.operators.reduction.reduction import _step2
+from perfsift.operators.reduction.redundancy import PairwiseMoments, cluster_features, constant_features
 
 from bench.common import write_result
 

@@ -17,12 +17,12 @@ import time
 import uuid
 from typing import Any
 
+from perfsift.producers.publish import publish_samples
 from perfsift.producers.synth import spmd
 from perfsift.streams.broker import EmbeddedBroker
 from perfsift.streams.clients import create_pipeline_topics
 from perfsift.streams.config import load_pipeline, with_overrides
 from perfsift.streams.logs import kafka_logger
-from perfsift.streams.publish import publish_samples
 from perfsift.streams.runner import StageRunner, run_in_thread
 from perfsift.streams.topics import STATE_TOPIC
 

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 from perfsift.operators import Batch, Clean
-from perfsift.operators.forecast import ForecastBank
+from perfsift.operators.forecast.forecast import ForecastBank
 from perfsift.producers.synth import cyclic
 from perfsift.schemas import samples_to_batch
 

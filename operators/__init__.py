@@ -10,10 +10,10 @@ them passes.
 
 from perfsift.operators.base import Decider, Operator, Output, Router, SnapshotError, Transformer
 from perfsift.operators.batch import Batch
-from perfsift.operators.clean import Clean
+from perfsift.operators.clean.clean import Clean
 from perfsift.operators.contract import ContractMonitor
-from perfsift.operators.forecast import ForecastBank
-from perfsift.operators.pursuit import ProjectionPursuit
+from perfsift.operators.forecast.forecast import ForecastBank
+from perfsift.operators.pursuit.pursuit import ProjectionPursuit
 from perfsift.operators.registry import OPERATORS
 from perfsift.operators.smooth import Ewma, SlidingMean
 

@@ -26,7 +26,7 @@ from perfsift.operators.base import Decider
 from perfsift.operators.batch import Batch
 from perfsift.operators.contract import STATES, ViolationTracker
 from perfsift.operators.contract.rules import DEFAULT_RULEBASE, Rulebase
-from perfsift.operators.forecast import ForecastBank
+from perfsift.operators.forecast.forecast import ForecastBank
 
 
 def load_model(model: str | Path | StructuralModel) -> StructuralModel:

@@ -23,8 +23,8 @@ from typing import Any, ClassVar
 import numpy as np
 from perfsift.operators.base import Router
 from perfsift.operators.batch import Batch
-from perfsift.operators.pursuit import ProjectionPursuit
-from perfsift.operators.selection import DataReduction
+from perfsift.operators.pursuit.pursuit import ProjectionPursuit
+from perfsift.operators.reduction.reduction import DataReduction
 
 POLICIES = ("union", "pursuit", "reduction")
 #: selections kept per job for samples that arrive after their period closed (at most one new
@@ -51,10 +51,10 @@ class Reduce(Router):
     Parameters
     ----------
     pursuit : dict or None
-        Parameters of :class:`~perfsift.operators.pursuit.ProjectionPursuit` (its ``period`` is the
+        Parameters of :class:`~perfsift.operators.pursuit.pursuit.ProjectionPursuit` (its ``period`` is the
         reduction period); None turns pursuit off (then ``reduction`` must be set).
     reduction : dict or None
-        Parameters of :class:`~perfsift.operators.selection.DataReduction` (needs ``perf_metric``).
+        Parameters of :class:`~perfsift.operators.reduction.reduction.DataReduction` (needs ``perf_metric``).
     keep : tuple of str
         Metrics always kept.
     policy : str

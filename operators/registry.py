@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from perfsift.operators.base import Operator
-from perfsift.operators.clean import Clean
+from perfsift.operators.clean.clean import Clean
 from perfsift.operators.contract import ContractMonitor
-from perfsift.operators.forecast import ForecastBank
+from perfsift.operators.forecast.forecast import ForecastBank
 from perfsift.operators.predict import ModelPredictor
-from perfsift.operators.pursuit import ProjectionPursuit
+from perfsift.operators.pursuit.pursuit import ProjectionPursuit
 from perfsift.operators.reduce import Reduce
-from perfsift.operators.selection import DataReduction
+from perfsift.operators.reduction.reduction import DataReduction
 from perfsift.operators.smooth import Ewma, SlidingMean
 
 #: operator names usable in a pipeline file -> class

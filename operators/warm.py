@@ -10,9 +10,9 @@ own kernels: the runtime's (``perfsift.streams``) are warmed from there.
 
 from __future__ import annotations
 
-from perfsift.operators.clean import MODES, Clean
-from perfsift.operators.forecast import ForecastBank
-from perfsift.operators.pursuit import ProjectionPursuit
+from perfsift.operators.clean.clean import MODES, Clean
+from perfsift.operators.forecast.forecast import ForecastBank
+from perfsift.operators.pursuit.pursuit import ProjectionPursuit
 
 
 def warm() -> None:

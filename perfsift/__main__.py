@@ -1,4 +1,4 @@
-from perfsift.streams.cli import main
+from perfsift.cli import main
 
 if __name__ == "__main__":  # spawned stage processes import this module as __mp_main__
     main()

@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from perfsift.formats.settings import IngestConfigError, IngestSettings, parse_ingest
 from perfsift.operators import OPERATORS, Decider, Operator, Router
 from perfsift.schemas.registry import registry_settings
-from perfsift.streams.ingest.settings import IngestConfigError, IngestSettings, parse_ingest
 from perfsift.streams.knowledge import clean_params
 from perfsift.streams.limits import Limits
 from perfsift.streams.topics import DEFAULT_TOPIC, TOPICS, kind_of
@@ -68,7 +68,7 @@ class StageConfig:
     input: str
     outputs: tuple[str, ...]
     operators: tuple[OperatorSpec, ...]
-    #: an ingest stage's input format and mapping (long records in; streams/ingest)
+    #: an ingest stage's input format and mapping (long records in; formats/)
     ingest: IngestSettings | None = None
 
     def build_chain(self) -> list[Operator]:

@@ -10,7 +10,7 @@ columns when opened (its runs get platform and workload ``""`` and no interval).
 The clean operator opens no database: it gets what it needs of a key - the historical maxima of
 its events (thresholds) and recent samples of its runs, partial ones too (imputation training
 data when a node has too little of its own) - as a
-:class:`~perfsift.operators.clean.KnowledgeHistory`, made by :meth:`KnowledgeBase.history`. A
+:class:`~perfsift.operators.clean.clean.KnowledgeHistory`, made by :meth:`KnowledgeBase.history`. A
 pipeline file names the knowledge base and the key on the clean operator (``kb:``, ``app:``, and
 optionally ``platform:``, ``workload:``, ``interval:``); :func:`clean_params` turns them into
 that history.
@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
-from perfsift.operators.clean import Clean, KnowledgeHistory
+from perfsift.operators.clean.clean import Clean, KnowledgeHistory
 
 SCHEMA = (
     """CREATE TABLE IF NOT EXISTS runs (
@@ -246,7 +246,7 @@ class KnowledgeBase:
     def history(
         self, app: str, rows: int, platform: str = "", workload: str = "", interval: float | None = None
     ) -> KnowledgeHistory:
-        """What :class:`~perfsift.operators.clean.Clean` uses of a key: its events' historical
+        """What :class:`~perfsift.operators.clean.clean.Clean` uses of a key: its events' historical
         maxima and up to ``rows`` recent samples of its runs."""
         names, reference = self.reference_rows(app, rows, platform, workload, interval)
         return KnowledgeHistory(self.maxima(app, platform, workload, interval), tuple(names), reference)

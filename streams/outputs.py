@@ -1,16 +1,16 @@
 """What a running stage adds around its chain's outputs, kept out of the runner: the Schema
 Registry subjects of the topics it writes (``encoding: confluent-avro``) and the OTLP copy of its
-results (``otlp_out``: :mod:`perfsift.schemas.otlp`).
+results (``otlp_out``: :mod:`perfsift.formats.otlp.otlp_out`).
 
 :func:`written_kinds` says which kind of record (schema) each topic of a stage gets.
 """
 
 from __future__ import annotations
 
+from perfsift.formats.otlp.otlp_out import KINDS as OTLP_KINDS
+from perfsift.formats.otlp.otlp_out import to_requests
 from perfsift.operators import Decider
 from perfsift.schemas import codec_for
-from perfsift.schemas.otlp import KINDS as OTLP_KINDS
-from perfsift.schemas.otlp import to_requests
 from perfsift.schemas.registry import ENCODING as CONFLUENT_AVRO
 from perfsift.schemas.registry import use_registry
 from perfsift.streams.config import PipelineConfig, StageConfig

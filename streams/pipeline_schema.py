@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from perfsift.formats.settings import FORMATS
 from perfsift.operators.registry import OPERATORS
 from perfsift.streams.config import _SCALARS, ENCODINGS, GUARANTEES, PipelineConfig
-from perfsift.streams.ingest.settings import FORMATS
 from perfsift.streams.limits import Limits
 
 from perfsift import __version__

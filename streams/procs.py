@@ -18,7 +18,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from perfsift.streams.config import PipelineConfig, StageConfig
-from perfsift.streams.ingest.stage import stage_runner
+from perfsift.streams.ingest_stage import stage_runner
 from perfsift.streams.logs import LogFormat, LogLevel, current_logging, setup_logging
 from perfsift.streams.runner import run_in_thread
 from perfsift.streams.stage import StageStats

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from perfsift.operators import Batch, Decider, Operator, Output, Router
-from perfsift.operators.forecast import PRIMARIES
+from perfsift.operators.forecast.forecast import PRIMARIES
 from perfsift.schemas import encode_batch, encode_records
 from perfsift.schemas.encode import encode_forecasts
 from perfsift.schemas.frames import encode_frames

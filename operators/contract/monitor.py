@@ -27,7 +27,7 @@ from perfsift.operators.contract.signature import (
     load_contract,
     phi,
 )
-from perfsift.operators.forecast import ForecastBank
+from perfsift.operators.forecast.forecast import ForecastBank
 
 STATES = ("ok", "violated", "unknown")
 

@@ -13,11 +13,11 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from perfsift.producers.publish import publish_samples
 from perfsift.schemas.detect import decode_any
 from perfsift.streams.broker import free_port
 from perfsift.streams.clients import create_pipeline_topics
 from perfsift.streams.config import load_pipeline
-from perfsift.streams.publish import publish_samples
 
 from tests.conftest import read_topic, smoothed_means, wait_until
 

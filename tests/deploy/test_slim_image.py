@@ -13,9 +13,9 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from perfsift.producers.publish import publish_samples
 from perfsift.streams.clients import create_pipeline_topics
 from perfsift.streams.config import load_pipeline
-from perfsift.streams.publish import publish_samples
 
 from tests.conftest import read_topic, smoothed_means
 
@@ -30,7 +30,7 @@ class Missing:
             raise ImportError(f"{{name}} is not in the worker image")
 sys.meta_path.insert(0, Missing())
 sys.argv[0] = "perfsift"
-from perfsift.streams.cli import main
+from perfsift.cli import main
 main()
 """
 
@@ -48,7 +48,7 @@ def test_the_image_installs_the_dependencies_without_the_broker_and_matplotlib()
 def test_worker_help_imports_neither() -> None:
     code = (
         "import sys; sys.argv = ['perfsift', 'worker', '--help']\n"
-        "from perfsift.streams.cli import main\n"
+        "from perfsift.cli import main\n"
         "try:\n    main()\nexcept SystemExit:\n    pass\n"
         f"print(sorted(m for m in sys.modules if m.split('.')[0] in {LEFT_OUT!r}))"
     )

@@ -96,7 +96,7 @@ def test_validate_checks_a_pipeline_file_without_kafka(tmp_path: Path) -> None:
 
 def test_bootstrap_help_says_which_commands_start_an_embedded_broker() -> None:
     import typer
-    from perfsift.streams.cli import app
+    from perfsift.cli import app
 
     group = typer.main.get_command(app)
     ctx = typer.Context(group)

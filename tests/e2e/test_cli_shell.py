@@ -17,12 +17,12 @@ from tests.e2e.cli import perfsift
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
 #: the console script, run with this interpreter (so the program name is perfsift, as installed)
-MAIN = [sys.executable, "-c", "import sys; from perfsift.streams.cli import main; sys.argv[0] = 'perfsift'; main()"]
+MAIN = [sys.executable, "-c", "import sys; from perfsift.cli import main; sys.argv[0] = 'perfsift'; main()"]
 
 
 def _all_commands() -> list[list[str]]:
     import typer
-    from perfsift.streams.cli import app
+    from perfsift.cli import app
 
     group = typer.main.get_command(app)
     found: list[list[str]] = []
@@ -38,8 +38,8 @@ def _all_commands() -> list[list[str]]:
 
 def test_no_help_shows_python_types_as_metavars() -> None:
     """Every command's --help, as printed: no <str>, <int>, <list[str]>, <bool> or {ARG}."""
-    from perfsift.streams.cli import app
-    from perfsift.streams.cli.shell import cli_command, run_cli
+    from perfsift.cli import app
+    from perfsift.cli.shell import cli_command, run_cli
 
     commands = _all_commands()
     assert len(commands) > 20

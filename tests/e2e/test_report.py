@@ -12,9 +12,9 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from perfsift.analysis.report import SECTIONS
 from perfsift.producers.synth import spmd
 from perfsift.producers.traces import write_samples
-from perfsift.streams.report import SECTIONS
 
 from tests.e2e.cli import perfsift
 from tests.planted import NODE, planted_trace

@@ -126,8 +126,8 @@ def test_schema_registry_avro_is_decoded_by_the_id_in_the_message(broker, tmp_pa
     """In-process (a mock:// registry lives in its process): AvroSerializer writes, tail reads."""
     from confluent_kafka.schema_registry.avro import AvroSerializer
     from confluent_kafka.serialization import MessageField, SerializationContext
+    from perfsift.cli import app
     from perfsift.schemas.registry import registry_for
-    from perfsift.streams.cli import app
 
     url = f"mock://{uuid.uuid4().hex}"
     config = tmp_path / "p.yaml"

@@ -10,7 +10,7 @@ from pathlib import Path
 import orjson
 import pytest
 from perfsift.producers import demo_trace_path
-from perfsift.streams.adaptive import loop_bytes
+from perfsift.producers.adaptive import loop_bytes
 from perfsift.streams.clients import read_topic_to_end
 
 from tests.e2e.cli import perfsift

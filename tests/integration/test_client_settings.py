@@ -11,6 +11,7 @@ from pathlib import Path
 import orjson
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer
+from perfsift.producers.publish import publish_samples
 from perfsift.streams.clients import (
     consumer_settings,
     create_pipeline_topics,
@@ -19,7 +20,6 @@ from perfsift.streams.clients import (
     producer_settings,
 )
 from perfsift.streams.config import load_pipeline
-from perfsift.streams.publish import publish_samples
 from perfsift.streams.runner import StageRunner, run_in_thread
 
 from tests.conftest import read_topic

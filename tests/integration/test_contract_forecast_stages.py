@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 from perfsift.operators.contract import derive_contract
+from perfsift.producers.publish import publish_samples
 from perfsift.producers.synth import master_worker
 from perfsift.schemas import samples_to_batch
 from perfsift.streams.clients import create_pipeline_topics
 from perfsift.streams.config import load_pipeline
-from perfsift.streams.publish import publish_samples
 from perfsift.streams.runner import StageRunner, run_in_thread
 
 from tests.conftest import read_topic

@@ -14,7 +14,7 @@ import orjson
 import pytest
 from perfsift.streams.clients import create_pipeline_topics
 from perfsift.streams.config import StageConfig, load_pipeline
-from perfsift.streams.ingest.stage import IngestRunner, stage_runner
+from perfsift.streams.ingest_stage import IngestRunner, stage_runner
 from perfsift.streams.runner import run_in_thread, wait_assigned
 
 from tests import ingest_sources as src
@@ -162,7 +162,7 @@ def test_pending_samples_survive_a_restart_in_the_checkpoint(kafka: dict, prefix
 
 
 def test_the_ingest_command_runs_the_stage(kafka: dict, prefix: str, tmp_path: Path) -> None:
-    from perfsift.streams.cli import app
+    from perfsift.cli import app
     from typer.testing import CliRunner
 
     msgs, want = src.telegraf_messages(["c0", "c1"])

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 from perfsift.operators.predict import ModelPredictor
+from perfsift.producers.publish import publish_samples
 from perfsift.producers.synth import sor
 from perfsift.schemas import samples_to_batch
 from perfsift.streams.clients import create_pipeline_topics
 from perfsift.streams.config import load_pipeline
-from perfsift.streams.publish import publish_samples
 from perfsift.streams.runner import StageRunner, run_in_thread
 
 from tests.conftest import read_topic

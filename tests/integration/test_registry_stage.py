@@ -72,8 +72,8 @@ def test_registry_avro_in_and_out_of_a_stage(kafka: dict, prefix: str, tmp_path:
 def test_perfsifts_own_publisher_writes_the_pipelines_encoding(kafka: dict, prefix: str, tmp_path: Path) -> None:
     """produce / replay / run publish perf.raw in the pipeline's encoding: a confluent-avro stage
     reads every sample (none dead-lettered), and the raw topic's subject carries the id."""
+    from perfsift.producers.publish import publish_samples
     from perfsift.schemas.registry import registry_for
-    from perfsift.streams.publish import publish_samples
 
     path = tmp_path / "pipeline.yaml"
     path.write_text(

@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from perfsift.producers.publish import publish_samples
 from perfsift.streams.clients import create_pipeline_topics
 from perfsift.streams.config import load_pipeline
-from perfsift.streams.publish import publish_samples
 from perfsift.streams.runner import StageRunner, run_in_thread
 
 from tests.conftest import read_topic, wait_until

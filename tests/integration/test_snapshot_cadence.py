@@ -8,11 +8,11 @@ import math
 from pathlib import Path
 
 import pytest
+from perfsift.producers.publish import publish_samples
 from perfsift.streams.checkpoint import Cadence, parse_record
 from perfsift.streams.clients import create_pipeline_topics
 from perfsift.streams.config import ConfigError, load_pipeline
 from perfsift.streams.http import _RunnerCollector
-from perfsift.streams.publish import publish_samples
 from perfsift.streams.runner import StageRunner, run_in_thread
 from perfsift.streams.topics import STATE_TOPIC
 from prometheus_client import CollectorRegistry, generate_latest

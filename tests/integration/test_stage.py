@@ -19,10 +19,10 @@ import orjson
 import pytest
 from perfsift.operators import OPERATORS, Batch
 from perfsift.operators.smooth import SlidingMean
+from perfsift.producers.publish import publish_samples
 from perfsift.streams.broker import free_port
 from perfsift.streams.clients import create_pipeline_topics
 from perfsift.streams.config import load_pipeline
-from perfsift.streams.publish import publish_samples
 from perfsift.streams.runner import StageRunner, run_in_thread
 
 from tests.conftest import read_topic, wait_until

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import orjson
 import pytest
+from perfsift.analysis.analyze import analyze
 from perfsift.producers import demo_trace_path
-from perfsift.streams.analyze import analyze
 from perfsift.streams.config import load_pipeline
 from perfsift.streams.volume import TopicBytes, compressed_size, written_bytes
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from perfsift.analysis.quality import diff, dtw
 from perfsift.operators import Batch, Clean
 from perfsift.producers.synth import cyclic, multiplexed, spmd
 from perfsift.schemas import samples_to_batch
 from perfsift.streams.knowledge import clean_params
-from perfsift.streams.quality import diff, dtw
 
 
 def series(x: np.ndarray, metric: str = "x", node: str = "a") -> Batch:

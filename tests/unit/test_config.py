@@ -123,7 +123,7 @@ def test_a_knowledge_base_named_in_the_file_is_read_once_and_handed_to_clean(tmp
     """``kb:`` and ``app:`` on a clean operator: the runtime reads the application's history and
     the operator gets it as data (it opens no database); an edited knowledge base is another
     configuration (the fingerprint follows the history's content)."""
-    from perfsift.operators.clean import Clean
+    from perfsift.operators.clean.clean import Clean
     from perfsift.producers.synth import spmd
     from perfsift.streams.knowledge import KnowledgeBase
 

@@ -13,7 +13,7 @@ from perfsift.operators.checks import CHECKS, check_operator, stream
 from perfsift.operators.contract import ContractMonitor, derive_contract
 from perfsift.operators.predict import ModelPredictor
 from perfsift.operators.reduce import Reduce
-from perfsift.operators.selection import DataReduction
+from perfsift.operators.reduction.reduction import DataReduction
 from perfsift.operators.smooth import SlidingMean
 
 DATA = Path(__file__).parents[1] / "data"

@@ -1,13 +1,13 @@
-"""Nodes that stand apart on the projection (operators/deviants.py, issue #23)."""
+"""Nodes that stand apart on the projection (operators/pursuit/deviants.py, issue #23)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+from perfsift.cli.pursuit import run_pursuit
 from perfsift.operators import ProjectionPursuit
-from perfsift.operators.deviants import node_deviants, robust_z
+from perfsift.operators.pursuit.deviants import node_deviants, robust_z
 from perfsift.schemas import AvroCodec, samples_to_batch
-from perfsift.streams.cli.pursuit import run_pursuit
 
 from tests.planted import NODE, START, STOP, T0, planted_trace
 

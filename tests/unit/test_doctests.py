@@ -13,7 +13,8 @@ import perfsift
 
 def all_modules() -> list[str]:
     names = []
-    for pkg in ("perfsift.models", "perfsift.schemas", "perfsift.operators", "perfsift.producers", "perfsift.streams"):
+    layers = ("models", "operators", "schemas", "formats", "streams", "producers", "analysis", "cli")
+    for pkg in (f"perfsift.{layer}" for layer in layers):
         mod = importlib.import_module(pkg)
         names += [m.name for m in pkgutil.walk_packages(mod.__path__, pkg + ".")]  # sub-packages too
     return names

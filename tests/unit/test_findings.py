@@ -1,4 +1,4 @@
-"""Reading an output folder back (streams/findings.py) and writing the report page atomically."""
+"""Reading an output folder back (analysis/findings.py) and writing the report page atomically."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import orjson
 import pytest
-from perfsift.streams.findings import Folder, forecast_bands, read_jsonl
-from perfsift.streams.report import LIVE_REFRESH, build_report, write_atomic
+from perfsift.analysis.findings import Folder, forecast_bands, read_jsonl
+from perfsift.analysis.report import LIVE_REFRESH, build_report, write_atomic
 
 
 def sample(t: float, v: float | None) -> dict:

@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 import pytest
 from perfsift.operators import Batch
-from perfsift.operators.forecast import PRIMARIES, ForecastBank
+from perfsift.operators.forecast.forecast import PRIMARIES, ForecastBank
 
 
 @pytest.fixture(params=["compiled", "numpy"], autouse=True)
@@ -142,7 +142,7 @@ def test_flat_mode_and_compat() -> None:
 def test_column_wise_json_equals_the_records_encoded_one_by_one() -> None:
     """perf.forecast's fast JSON path writes byte for byte what orjson writes for each record,
     null bounds before the first scored forecast, missing values and odd names included."""
-    from perfsift.operators.forecast import forecast_records
+    from perfsift.operators.forecast.forecast import forecast_records
     from perfsift.schemas.encode import encode_forecasts, encode_records
 
     rng = np.random.default_rng(5)

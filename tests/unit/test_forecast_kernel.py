@@ -8,7 +8,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from perfsift.operators import Batch
-from perfsift.operators.forecast import ForecastBank
+from perfsift.operators.forecast.forecast import ForecastBank
 
 
 def test_the_kernel_equals_the_numpy_reference() -> None:
@@ -61,9 +61,9 @@ def test_batches_split_anywhere_and_a_restore_give_the_same_forecasts() -> None:
 def test_the_kernel_windows_cover_the_adaptive_medians() -> None:
     """The fixed windows the primaries read (5, 31, 51) and one window per adaptive median, with room
     for its largest w, fit in the kernel's cache row."""
-    from perfsift.operators import _nws_windows as k
-    from perfsift.operators._nws_constants import ADAPTIVE
-    from perfsift.operators.forecast import _WIN
+    from perfsift.operators.forecast import _nws_windows as k
+    from perfsift.operators.forecast._nws_constants import ADAPTIVE
+    from perfsift.operators.forecast.forecast import _WIN
 
     assert _WIN == k.WIN_TOTAL
     assert k.CAPS[: k.N_FIXED].tolist() == [5, 31, 51]
@@ -112,7 +112,7 @@ def test_order_statistics_without_and_with_a_few_values(window: list[int], extra
     """The adaptive median's candidates: the k-th value of a sorted window without a few of its
     values, or merged with a few more, by comparisons alone, equals the k-th of the sorted multiset
     (small integers: many ties)."""
-    from perfsift.operators import _nws_windows as kern
+    from perfsift.operators.forecast import _nws_windows as kern
 
     wv = np.full((2, 60), -1.0)
     wv[1, 3 : 3 + len(window)] = sorted(window)  # row 1, offset 3: the kernel's (series, window) layout

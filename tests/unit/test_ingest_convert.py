@@ -9,8 +9,8 @@ from pathlib import Path
 import orjson
 import pytest
 from google.protobuf.json_format import MessageToJson
+from perfsift.cli import app
 from perfsift.producers.traces import iter_samples
-from perfsift.streams.cli import app
 from typer.testing import CliRunner
 
 from tests import ingest_sources as src

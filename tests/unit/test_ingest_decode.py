@@ -7,9 +7,9 @@ import math
 
 import orjson
 import pytest
-from perfsift.streams.ingest import Assembler, IngestError, IngestSettings, decoder_for
-from perfsift.streams.ingest.otlp import bucket_quantile
-from perfsift.streams.ingest.settings import DEFAULT_MAPS, IngestConfigError, parse_map
+from perfsift.formats import Assembler, IngestError, IngestSettings, decoder_for
+from perfsift.formats.otlp.otlp_in import bucket_quantile
+from perfsift.formats.settings import DEFAULT_MAPS, IngestConfigError, parse_map
 
 from tests import ingest_sources as src
 
@@ -205,7 +205,7 @@ def test_the_wire_reader_survives_damaged_messages() -> None:
 
 
 def test_the_otlp_json_dict_reader_equals_json_format_and_refuses_whole_messages() -> None:
-    from perfsift.streams.ingest.otlp import otlp_json_reference
+    from perfsift.formats.otlp.otlp_in import otlp_json_reference
 
     msgs, want = src.otlp_messages({"h0": "jobA", "h1": "jobB"}, "otlp_json")
     fast = Assembler(IngestSettings("otlp_json", DEFAULT_MAPS["otlp_json"], 1.0))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
-from perfsift.schemas.otlp import to_requests
+from perfsift.formats.otlp.otlp_out import to_requests
 
 
 def read(values: list[bytes]) -> list[tuple[dict[str, str], dict[tuple, float]]]:

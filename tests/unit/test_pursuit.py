@@ -5,7 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import scipy.stats
-from perfsift.operators.projection import cumulant_tensors, moment_index, polar, projection_pursuit, sphere, varimax
+from perfsift.operators.pursuit.projection import (
+    cumulant_tensors,
+    moment_index,
+    polar,
+    projection_pursuit,
+    sphere,
+    varimax,
+)
 
 
 def sphered(n: int = 50, d: int = 5, seed: int = 0) -> np.ndarray:
@@ -136,8 +143,8 @@ def test_warm_start_reaches_the_same_optimum() -> None:
 
 @pytest.mark.parametrize("cumulants,pp3", [("kstat", False), ("plain", False), ("kstat", True)])
 def test_compiled_index_and_gradient_equal_the_numpy_reference(cumulants: str, pp3: bool) -> None:
-    from perfsift.operators import _pp_kernel
-    from perfsift.operators.projection import _constants
+    from perfsift.operators.pursuit import _pp_kernel
+    from perfsift.operators.pursuit.projection import _constants
 
     for n, d in [(30, 4), (200, 9)]:
         z = sphered(n, d, seed=n)

@@ -6,12 +6,12 @@ from typing import Any
 
 import numpy as np
 import pytest
-from perfsift.operators.redundancy import PairwiseMoments, cluster_features, constant_features, fisher_z
-from perfsift.operators.regression import backward_elimination, refit_r2
-from perfsift.operators.selection import DataReduction, bucket_rows, reduce_metrics
+from perfsift.analysis.evaluation import evaluate_reduction
+from perfsift.operators.reduction.reduction import DataReduction, bucket_rows, reduce_metrics
+from perfsift.operators.reduction.redundancy import PairwiseMoments, cluster_features, constant_features, fisher_z
+from perfsift.operators.reduction.regression import backward_elimination, refit_r2
 from perfsift.producers.synth import gridftp
 from perfsift.schemas import AvroCodec, samples_to_batch
-from perfsift.streams.evaluation import evaluate_reduction
 
 
 @pytest.mark.parametrize(

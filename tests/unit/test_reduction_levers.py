@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import orjson
 import pytest
-from perfsift.operators.regression import SQUARE, expand_predictors, expand_row, rand_subsets, refit
-from perfsift.operators.selection import DataReduction, reduce_metrics
+from perfsift.cli.select import _table_of
+from perfsift.operators.reduction.reduction import DataReduction, reduce_metrics
+from perfsift.operators.reduction.regression import SQUARE, expand_predictors, expand_row, rand_subsets, refit
 from perfsift.schemas import samples_to_batch
-from perfsift.streams.cli.select import _table_of
 
 
 def _features(rng: np.random.Generator, n: int, d: int = 6) -> tuple[np.ndarray, list[str]]:

@@ -16,7 +16,9 @@ from perfsift.streams.stage import Chain
 PROBE = """
 import json
 import numba.core.registry
-from perfsift.operators import _clean_kernel, _nws_kernel, _pp_kernel
+from perfsift.operators.clean import _clean_kernel
+from perfsift.operators.forecast import _nws_kernel
+from perfsift.operators.pursuit import _pp_kernel
 from perfsift.streams.config import load_pipeline
 
 def compiled(mod):
@@ -41,7 +43,7 @@ from perfsift.operators.warm import warm
 
 warm()
 cold = []
-for info in pkgutil.iter_modules(perfsift.operators.__path__, "perfsift.operators."):
+for info in pkgutil.walk_packages(perfsift.operators.__path__, "perfsift.operators."):  # sub-packages too
     mod = importlib.import_module(info.name)
     kernels = [
         f

@@ -1,0 +1,499 @@
+"""Dynamic statistical projection pursuit, the streaming operator (METHODS.md §1; Vetter & Reed, SC'99).
+
+:class:`ProjectionPursuit`: per job and update period it stacks recent smoothed snapshots of every
+node, runs the analysis (:func:`~perfsift.operators.pursuit.projection.projection_pursuit`) with a warm
+start from the previous period and returns one ``pursuit`` selection record (or an explained
+``skipped`` one).
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import numpy as np
+from perfsift.operators.base import Decider
+from perfsift.operators.batch import Batch
+from perfsift.operators.pursuit import projection as pp
+from perfsift.operators.pursuit.deviants import node_deviants
+from perfsift.operators.pursuit.projection import PursuitResult, across_processors, flat_diagnostics, projection_pursuit
+
+
+class _JobState:
+    """Per job: a ring of each node's most recent smoothed rows, and the last result."""
+
+    def __init__(self, capacity: int) -> None:
+        self.metrics: list[str] = []
+        self.metric_ix: dict[str, int] = {}
+        self.nodes: list[str] = []
+        self.node_ix: dict[str, int] = {}
+        self.ring = np.full((0, capacity, 0), np.nan)  # node × position × metric
+        self.ring_ts = np.full((0, capacity), np.nan)  # event time of each ring row
+        self.count = np.zeros(0, dtype=np.int64)  # rows ever written per node (position = count % capacity)
+        self.last_ts = np.zeros(0)  # newest event time per node
+        self.period: int | None = None  # index of the open period
+        self.first_period: int | None = None  # the job's first period
+        self.late = 0
+        self.version = 0
+        self.selected: list[str] = []
+        self.scores: dict[str, float] = {}
+        self.index: float | None = None
+        self.weights: np.ndarray | None = None  # B of the last result, rows = weight_names
+        self.weight_names: list[str] = []
+        self.row_id = np.zeros((0, 2), dtype=np.int64)  # (node, snapshot) of each row of the last matrix
+
+
+class ProjectionPursuit(Decider):
+    """Dynamic projection pursuit per job and update period (METHODS.md §1; Vetter & Reed, SC'99).
+
+    Consumes smoothed samples (all nodes of a job: the stage reads a topic keyed by job) and, each
+    time event time crosses a period boundary, analyses the period that just ended and returns one
+    ``pursuit`` selection record (``schemas/selection.avsc``) — a result, or a ``skipped`` record
+    with the reason and the previous selection. A period never fails silently: numerical errors
+    become skipped records too, and every number in a record is finite.
+
+    Parameters
+    ----------
+    period : float
+        Update period τ in seconds of event time; periods are aligned to multiples of τ.
+    window : int
+        Smoothing window w of the input (samples). Stacked snapshots are taken every w samples so
+        they share no smoothing window (§1.2).
+    row_mode : str
+        ``"stacked"`` (default: N = P·h rows from the last h snapshots of every node) or
+        ``"processors"`` (the paper: N = P, the newest snapshot only).
+    h_max : int
+        Most snapshots stacked per node.
+    snapshot_norm : str
+        Each stacked snapshot relative to the processors: ``"scale"`` (default), ``"centre"`` or
+        ``"none"``; see :func:`~perfsift.operators.pursuit.projection.across_processors`.
+    target_rows_per_dim : int
+        h = ceil(target_rows_per_dim · n_eff / P), capped by ``h_max`` and by what is available.
+    n_max : int
+        Rows beyond this are subsampled uniformly (seeded).
+    trim, trim_limit, cumulants, pp3_compat, restarts, optimizer, dims
+        As in :func:`projection_pursuit`.
+    rounds : int
+        Repeated PP: after each round the named metrics and those with |r| > 0.95 to one of them
+        are removed and PP runs again on the rest, so ``selected`` ranks up to ``dims · rounds``
+        metrics (scores stay those of the first round).
+    min_nodes : int
+        Periods with fewer reporting nodes are skipped.
+    slack : int
+        A period closes when every active node (one seen since the previous period began) has
+        reported past its end -- an event-time watermark, so the records do not depend on how
+        upstream partitions interleave -- or, so that a silent node cannot hold it forever, when
+        some node is ``slack`` samples past its end. Records are a deterministic function of the
+        input as long as no node runs more than ``slack`` samples ahead of the others (the ring
+        holds that many rows per node and metric: 8 bytes each).
+    seed : int
+        Seed of the restarts; period k of a job uses the seed (seed, k), so a replay or a restored
+        snapshot reproduces the same records.
+    z_threshold : float
+        Nodes whose robust z on the projection reaches it stand apart (:mod:`~perfsift.operators.pursuit.deviants`).
+    """
+
+    output = "selection"
+
+    STATE_VERSION = 2  # the state holds raw rows: snapshot_norm changes no state
+
+    def __init__(
+        self,
+        period: float = 30.0,
+        window: int = 5,
+        row_mode: str = "stacked",
+        h_max: int = 10,
+        snapshot_norm: str = "scale",
+        target_rows_per_dim: int = 50,
+        n_max: int = 4000,
+        trim: str = "auto",
+        trim_limit: float | None = None,
+        cumulants: str = "kstat",
+        pp3_compat: bool = False,
+        restarts: int = 10,
+        optimizer: str = "lbfgs",
+        dims: int = 3,
+        rounds: int = 1,
+        min_nodes: int = 2,
+        slack: int = 128,
+        seed: int = 0,
+        z_threshold: float = 3.0,
+    ) -> None:
+        self.period = period
+        self.window = window
+        self.row_mode = row_mode
+        self.h_max = h_max
+        self.snapshot_norm = snapshot_norm
+        self.target_rows_per_dim = target_rows_per_dim
+        self.n_max = n_max
+        self.trim = trim
+        self.trim_limit = trim_limit
+        self.cumulants = cumulants
+        self.pp3_compat = pp3_compat
+        self.restarts = restarts
+        self.optimizer = optimizer
+        self.dims = dims
+        self.rounds = rounds
+        self.min_nodes = min_nodes
+        self.slack = slack
+        self.seed = seed
+        self.z_threshold = z_threshold
+
+    # -- parameters and state ------------------------------------------------------------------
+    def warm_up(self) -> None:
+        names = [f"m{j}" for j in range(6)]
+        x = np.random.default_rng(0).normal(size=(24, len(names)))
+        projection_pursuit(x, names, restarts=1, trim=self.trim, cumulants=self.cumulants, optimizer=self.optimizer)
+
+    def reset(self) -> None:
+        if not self.period > 0:
+            raise ValueError(f"period must be > 0 seconds, got {self.period}")
+        if self.window < 1 or self.h_max < 1 or self.rounds < 1 or self.restarts < 1:
+            raise ValueError("window, h_max, rounds and restarts must be >= 1")
+        if self.snapshot_norm not in ("centre", "scale", "none"):
+            raise ValueError(f"snapshot_norm must be centre, scale or none, got {self.snapshot_norm!r}")
+        if self.row_mode not in ("stacked", "processors"):
+            raise ValueError(f"row_mode must be 'stacked' or 'processors', got {self.row_mode!r}")
+        if not self.z_threshold > 0:
+            raise ValueError(f"z_threshold must be > 0, got {self.z_threshold}")
+        if self.dims not in (1, 2, 3):
+            raise ValueError(f"dims must be 1, 2 or 3, got {self.dims}")
+        if self.trim not in ("auto", "none", "log", "sqrt", "remove"):
+            raise ValueError(f"trim must be auto, none, log, sqrt or remove, got {self.trim!r}")
+        if self.optimizer not in ("lbfgs", "scipy", "scipy-fd"):
+            raise ValueError(f"optimizer must be lbfgs, scipy or scipy-fd, got {self.optimizer!r}")
+        self.jobs_: dict[str, _JobState] = {}
+
+    @property
+    def capacity(self) -> int:
+        """Rows kept per node: enough for h_max snapshots w samples apart."""
+        return ((self.h_max - 1) * self.window + 1 if self.row_mode == "stacked" else 1) + self.slack
+
+    # -- streaming -------------------------------------------------------------------------------
+    def update(self, batch: Batch) -> list[dict[str, Any]]:
+        records: list[dict[str, Any]] = []
+        for ji, job in enumerate(batch.jobs):
+            rows = np.nonzero(batch.job_idx == ji)[0]
+            if len(rows):
+                records += self._update_job(job, batch, rows)
+        return records
+
+    def flush(self) -> list[dict[str, Any]]:
+        """Close every job's open periods (end of an archived trace)."""
+        out = []
+        for job, st in self.jobs_.items():
+            out += self._close_ready(job, st, final=True)
+            st.period = None
+        return out
+
+    def _update_job(self, job: str, batch: Batch, rows: np.ndarray) -> list[dict[str, Any]]:
+        st = self.jobs_.get(job)
+        if st is None:
+            st = self.jobs_[job] = _JobState(self.capacity)
+        rows = rows[np.argsort(batch.ts[rows], kind="stable")]
+        cols = self._metric_columns(st, batch.metrics)
+        periods = np.floor(batch.ts[rows] / self.period).astype(np.int64)
+        out: list[dict[str, Any]] = []
+        for chunk in np.split(np.arange(len(rows)), np.flatnonzero(np.diff(periods)) + 1):
+            part = rows[chunk]
+            if st.period is None:
+                st.period = int(periods[chunk[0]])
+                if st.first_period is None:
+                    st.first_period = st.period
+            # Close what this period's rows complete *before* appending them: the ring then still
+            # holds every row of the closing periods, however many rows the chunk brings.
+            # the job's index of each row's node (new nodes join in the order they first appear)
+            codes, first = np.unique(batch.node_idx[part], return_index=True)
+            job_ix = np.zeros(len(batch.nodes), dtype=np.int64)
+            for c in codes[np.argsort(first)].tolist():
+                job_ix[c] = self._node(st, batch.nodes[c])
+            ks = job_ix[batch.node_idx[part]]
+            pend_last = st.last_ts.copy()
+            np.maximum.at(pend_last, ks, batch.ts[part])
+            pend_cnt = np.bincount(ks, minlength=len(st.nodes))
+            out += self._close_ready(job, st, pend_last, pend_cnt, float(batch.ts[part].min()))
+            st.late += int((batch.ts[part] < st.period * self.period).sum())
+            self._append(st, batch, part, cols, ks)
+        return out + self._close_ready(job, st)
+
+    def _node(self, st: _JobState, node: str) -> int:
+        k = st.node_ix.get(node)
+        if k is None:
+            k = st.node_ix[node] = len(st.nodes)
+            st.nodes.append(node)
+            st.ring = np.concatenate([st.ring, np.full((1, *st.ring.shape[1:]), np.nan)], axis=0)
+            st.ring_ts = np.concatenate([st.ring_ts, np.full((1, st.ring_ts.shape[1]), np.nan)], axis=0)
+            st.count = np.append(st.count, 0)
+            st.last_ts = np.append(st.last_ts, -np.inf)
+        return k
+
+    def _close_ready(
+        self,
+        job: str,
+        st: _JobState,
+        pend_last: np.ndarray | None = None,
+        pend_cnt: np.ndarray | None = None,
+        pend_start: float = np.inf,
+        final: bool = False,
+    ) -> list[dict[str, Any]]:
+        """Close the open period while the watermark has passed it (every period when final).
+        ``pend_*``: the newest time and row count per node, and the first time, of rows about to be
+        appended."""
+        out: list[dict[str, Any]] = []
+        last = st.last_ts if pend_last is None else pend_last
+        cnt = np.zeros(len(st.nodes), dtype=np.int64) if pend_cnt is None else pend_cnt
+        while st.period is not None and len(st.nodes):
+            p = st.period
+            start, end = p * self.period, (p + 1) * self.period
+            seen = (st.count > 0) | (cnt > 0)
+            if not seen.any() or last[seen].max() < start:
+                break  # nothing at or after this period yet
+            active = seen & (last >= start - self.period)
+            ahead = (st.ring_ts >= end).sum(axis=1) + (cnt if pend_start >= end else 0)
+            # The first periods of a job also wait until event time is a period further on, so that
+            # nodes whose first samples come a little later (another upstream partition) count.
+            young = st.first_period is not None and p < st.first_period + 2 and last[seen].max() < end + self.period
+            if not final and (last[active].min() < end or young) and ahead.max() < self.slack:
+                break
+            in_period = (st.ring_ts >= start) & (st.ring_ts < end)
+            if not in_period.any():  # an empty stretch: one record says so, then on to the next data
+                later = st.ring_ts[st.ring_ts >= end]
+                nxt = min(float(later.min()) if len(later) else np.inf, pend_start)
+                if not np.isfinite(nxt):
+                    break
+                q = max(int(np.floor(nxt / self.period)), p + 1)
+                out.append(self._gap(job, st, p, q))
+                st.period = q
+                continue
+            out.append(self._analyse(job, st, p))
+            st.period = p + 1
+        return out
+
+    def _metric_columns(self, st: _JobState, metrics: tuple[str, ...]) -> np.ndarray:
+        for m in metrics:
+            if m not in st.metric_ix:
+                st.metric_ix[m] = len(st.metrics)
+                st.metrics.append(m)
+        if st.ring.shape[2] < len(st.metrics):
+            extra = np.full((st.ring.shape[0], st.ring.shape[1], len(st.metrics) - st.ring.shape[2]), np.nan)
+            st.ring = np.concatenate([st.ring, extra], axis=2)
+        return np.array([st.metric_ix[m] for m in metrics], dtype=np.int64)
+
+    def _append(self, st: _JobState, batch: Batch, rows: np.ndarray, cols: np.ndarray, ks: np.ndarray) -> None:
+        """Rows (in time order) into the ring of their node ``ks``; of a node with more rows than
+        the ring holds, only the newest can survive and only they are written."""
+        cap = st.ring.shape[1]
+        order = np.argsort(ks, kind="stable")
+        k_sorted, rows = ks[order], rows[order]
+        uniq, first, counts = np.unique(k_sorted, return_index=True, return_counts=True)
+        skipped = np.maximum(counts - cap, 0)
+        rank = np.arange(len(k_sorted)) - np.repeat(first + skipped, counts)
+        keep = rank >= 0
+        k_sorted, rows, rank = k_sorted[keep], rows[keep], rank[keep]
+        pos = (st.count[k_sorted] + rank) % cap
+        block = np.full((len(rows), st.ring.shape[2]), np.nan)
+        block[:, cols] = batch.values[rows]
+        st.ring[k_sorted, pos] = block
+        st.ring_ts[k_sorted, pos] = batch.ts[rows]
+        st.count[uniq] += counts - skipped
+        np.maximum.at(st.last_ts, k_sorted, batch.ts[rows])
+
+    # -- one period --------------------------------------------------------------------------
+    def _matrix(self, st: _JobState, start: float, end: float) -> tuple[np.ndarray, list[str], dict[str, Any]]:
+        """Rows = the nodes that reported in [start, end) × stacked snapshots of their rows before
+        end; columns = metrics (§1.2 step 1)."""
+        cap = st.ring.shape[1]
+        w = self.window if self.row_mode == "stacked" else 1
+        live: list[int] = []
+        newest: list[int] = []
+        avail: list[int] = []
+        in_period: list[int] = []  # rows of each live node in [start, end)
+        # nodes in name order and metrics in name order: the matrix (and with it every rounding in the
+        # analysis) does not depend on the order in which nodes and metrics first appeared
+        for k in sorted(range(len(st.nodes)), key=st.nodes.__getitem__):
+            n = int(st.count[k])
+            if n == 0:
+                continue
+            oldest = max(n - cap, 0)
+            i = n - 1
+            while i >= oldest and st.ring_ts[k, i % cap] >= end:  # rows past the period: not yet
+                i -= 1
+            if i < oldest or st.ring_ts[k, i % cap] < start:
+                continue  # no row in this period
+            live.append(k)
+            newest.append(i % cap)
+            avail.append(min((i - oldest) // w + 1, self.h_max))
+            j = i
+            while j >= oldest and st.ring_ts[k, j % cap] >= start:
+                j -= 1
+            in_period.append(i - j)
+        info: dict[str, Any] = {"nodes": len(live)}
+        if live:
+            info["samples_per_node"] = float(np.mean(in_period))
+        if not live:
+            return np.zeros((0, len(st.metrics))), st.metrics, info
+
+        live_a, newest_a, avail_a = np.array(live), np.array(newest), np.array(avail)
+
+        def snapshots(h: int) -> np.ndarray:
+            """Snapshot j (the j-th newest, w samples apart) of every node that has it, for j < h."""
+            keep = [j for j in range(h) if j == 0 or (avail_a > j).sum() >= 2]
+            rows = [(live_a[avail_a > j], (newest_a[avail_a > j] - w * j) % cap) for j in keep]
+            st.row_id = np.concatenate([np.c_[k, np.full(len(k), j)] for (k, _), j in zip(rows, keep, strict=True)])
+            return np.concatenate([across_processors(st.ring[k, p], self.snapshot_norm) for k, p in rows], axis=0)
+
+        if self.row_mode == "processors":
+            h, x = 1, snapshots(1)
+        else:
+            probe = snapshots(self.h_max)
+            ok = ~np.isnan(probe)
+            present = ok.mean(axis=0) >= 0.5
+            with warnings.catch_warnings():  # all-NaN columns: their sd is NaN, which the test rejects
+                warnings.simplefilter("ignore", RuntimeWarning)
+                sd = np.nanstd(np.where(ok, probe, np.nan), axis=0)
+                mean = np.abs(np.nanmean(np.where(ok, probe, np.nan), axis=0))
+            n_eff = int((present & (sd > np.maximum(1e-9 * mean, 1e-12))).sum())
+            h = int(np.clip(np.ceil(self.target_rows_per_dim * max(n_eff, 1) / len(live)), 1, self.h_max))
+            upto = st.row_id[:, 1] < h  # the first h snapshots: the probe's first rows, not made again
+            x, st.row_id = probe[upto], st.row_id[upto]
+        info["snapshots"] = h
+        order = sorted(range(len(st.metrics)), key=st.metrics.__getitem__)
+        return x[:, order], [st.metrics[j] for j in order], info
+
+    def _analyse(self, job: str, st: _JobState, period: int) -> dict[str, Any]:
+        start, end = period * self.period, (period + 1) * self.period
+        x, names, info = self._matrix(st, start, end)
+        info["late_rows"] = st.late
+        st.late = 0
+        if info["nodes"] < self.min_nodes:
+            return self._skipped(job, st, start, end, f"{info['nodes']} nodes reported (need {self.min_nodes})", info)
+        # Missing values: metrics absent from half the rows or more are left out (importance 0),
+        # then rows still missing a value are dropped.
+        present = (~np.isnan(x)).mean(axis=0) >= 0.5
+        missing = [m for m, ok in zip(names, present, strict=True) if not ok]
+        cols = np.flatnonzero(present)
+        x = x[:, cols]
+        full = ~np.isnan(x).any(axis=1)
+        x, row_id = x[full], st.row_id[full]
+        used = [names[j] for j in cols]
+        info.update(rows=len(x), missing_metrics=",".join(missing))
+        rng = np.random.default_rng([self.seed, period & 0x7FFFFFFF])
+        if len(x) > self.n_max:
+            sub = np.sort(rng.choice(len(x), self.n_max, replace=False))
+            x, row_id = x[sub], row_id[sub]
+            info.update(rows=len(x), subsampled=True)
+        if len(used) < 2 or len(x) < 8:
+            return self._skipped(job, st, start, end, f"{len(used)} metrics with values in {len(x)} rows", info)
+        try:
+            with np.errstate(all="ignore"):
+                res = self._rounds(x, used, rng, st)
+        except (np.linalg.LinAlgError, ValueError, FloatingPointError, ZeroDivisionError) as exc:
+            return self._skipped(job, st, start, end, f"numerical failure: {type(exc).__name__}: {exc}", info)
+        first = res[0]
+        if first.skipped is not None:
+            return self._skipped(job, st, start, end, first.skipped, {**info, **flat_diagnostics(first.diagnostics)})
+        if not np.isfinite(first.index) or not all(np.isfinite(v) for _, v in first.ranking):
+            return self._skipped(job, st, start, end, "non-finite index or scores", info)
+        selected: list[str] = []
+        for r in res:
+            if r.skipped is None:
+                selected += [m for m in r.named if m not in selected]
+        scores = {m: float(v) for m, v in first.ranking}
+        scores.update({m: 0.0 for m in missing})
+        st.weights, st.weight_names = first.weights, list(first.metrics)
+        if selected != st.selected:
+            st.version += 1
+        st.selected, st.scores, st.index = selected, scores, float(first.index)
+        info.update(flat_diagnostics(first.diagnostics), rounds=len(res))
+        rec = self._record(job, st, start, end, None, info)
+        apart = node_deviants(x, used, row_id, st.nodes, first.weights, first.metrics, selected, self.z_threshold)
+        rec["node_z"], rec["node_position"], rec["deviants"] = apart
+        return rec
+
+    def _rounds(self, x: np.ndarray, names: list[str], rng: np.random.Generator, st: _JobState) -> list[PursuitResult]:
+        out: list[PursuitResult] = []
+        cols = list(range(len(names)))
+        for r in range(self.rounds):
+            res = projection_pursuit(
+                x[:, cols],
+                [names[j] for j in cols],
+                seed=int(rng.integers(2**31)),
+                restarts=self.restarts,
+                trim=self.trim,
+                trim_limit=self.trim_limit,
+                cumulants=self.cumulants,
+                pp3_compat=self.pp3_compat,
+                optimizer=self.optimizer,
+                dims=self.dims,
+                warm_start=st.weights if r == 0 and st.weights is not None else None,
+                warm_names=st.weight_names if r == 0 else None,
+            )
+            out.append(res)  # next: without the named metrics and those with |r| > 0.95 to one of them
+            cols = [] if res.skipped is not None else pp.after_round(x, names, cols, res.named)
+            if len(cols) < 2:
+                break
+        return out
+
+    def _skipped(
+        self, job: str, st: _JobState, start: float, end: float, reason: str, info: dict[str, Any]
+    ) -> dict[str, Any]:
+        return self._record(job, st, start, end, reason, info)
+
+    def _gap(self, job: str, st: _JobState, first: int, stop: int) -> dict[str, Any]:
+        n = stop - first
+        return self._record(
+            job, st, first * self.period, stop * self.period, f"no samples in {n} period{'s' if n > 1 else ''}", {}
+        )
+
+    def _record(
+        self, job: str, st: _JobState, start: float, end: float, skipped: str | None, info: dict[str, Any]
+    ) -> dict[str, Any]:
+        """A ``pursuit`` selection record; a skipped one carries the previous selection."""
+        return {
+            "job": job,
+            "kind": "pursuit",
+            "version": st.version,
+            "period_start": float(start),
+            "period_end": float(end),
+            "selected": list(st.selected),
+            "scores": dict(st.scores),
+            "index": st.index,
+            **dict.fromkeys(("r2_train", "adj_r2_train", "r2_holdout", "rand_r2_mean", "rand_p_value")),
+            "reduction_degree": None,
+            "clusters": [],
+            "skipped": skipped,
+            "node_z": {},
+            "node_position": {},
+            "deviants": [],
+            "diagnostics": {k: v for k, v in info.items() if v is not None},
+        }
+
+    # -- snapshots ----------------------------------------------------------------------------
+    def _state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        meta: dict[str, Any] = {"jobs": []}
+        arrays: dict[str, np.ndarray] = {}
+        for i, (job, st) in enumerate(self.jobs_.items()):
+            keys = ("metrics", "nodes", "period", "first_period", "late", "version", "selected", "scores", "index")
+            meta["jobs"].append({"job": job, **{k: getattr(st, k) for k in (*keys, "weight_names")}})
+            arrays[f"{i}_ring"], arrays[f"{i}_count"], arrays[f"{i}_last"] = st.ring, st.count, st.last_ts
+            arrays[f"{i}_ring_ts"] = st.ring_ts
+            if st.weights is not None:
+                arrays[f"{i}_weights"] = st.weights
+        return meta, arrays
+
+    def _load_state(self, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
+        for i, j in enumerate(meta["jobs"]):
+            st = _JobState(self.capacity)
+            st.metrics = list(j["metrics"])
+            st.metric_ix = {m: k for k, m in enumerate(st.metrics)}
+            st.nodes = list(j["nodes"])
+            st.node_ix = {n: k for k, n in enumerate(st.nodes)}
+            st.period, st.late, st.version = j["period"], j["late"], j["version"]
+            st.first_period = j.get("first_period")
+            st.selected, st.scores, st.index = list(j["selected"]), dict(j["scores"]), j["index"]
+            st.weight_names = list(j["weight_names"])
+            st.ring, st.count, st.last_ts, st.ring_ts = (
+                arrays[f"{i}_{k}"].copy() for k in ("ring", "count", "last", "ring_ts")
+            )
+            st.weights = arrays[f"{i}_weights"].copy() if f"{i}_weights" in arrays else None
+            self.jobs_[j["job"]] = st
