@@ -29,6 +29,7 @@ from perfsift.cli.model import balance_command, predict_command
 from perfsift.cli.pipeline import run, validate, worker
 from perfsift.cli.producers import replay_command, sample_command, synth_command
 from perfsift.cli.pursuit import pursuit
+from perfsift.cli.scrape import scrape_command
 from perfsift.cli.select import forecast, select_metrics
 from perfsift.cli.shell import cli_command, run_cli
 from perfsift.cli.ui import fail, out
@@ -90,6 +91,7 @@ COMMANDS: dict[str, Callable[..., None]] = {
     "tail": tail,
     "ingest": ingest,
     "convert": convert_command,
+    "scrape": scrape_command,
     "run": run,
     "validate": validate,
     "forecast": forecast,

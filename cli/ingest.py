@@ -26,13 +26,15 @@ from perfsift.formats.settings import FORMATS, IngestConfigError
 from perfsift.streams.clients import create_pipeline_topics, kafka_properties, parse_props
 from perfsift.streams.config import StageConfig
 from perfsift.streams.http import HealthServer
-from perfsift.streams.ingest_stage import IngestRunner
+from perfsift.streams.ingest_stage import IngestRunner, http_routes
 from perfsift.streams.stage import StageError
 from rich.markup import escape
 
 Format = enum.Enum("Format", {f: f for f in FORMATS}, type=str)  # type: ignore[misc]
-FORMAT_HELP = ("otlp_proto / otlp_json (OpenTelemetry Collector kafka exporter), telegraf_json, ldms_json, "
-               "prometheus_text (one scrape per message), perfsift (samples, passed through)")  # fmt: skip
+FORMAT_HELP = ("otlp_proto / otlp_json (OpenTelemetry Collector kafka exporter), telegraf_json, influx_line "
+               "(InfluxDB line protocol), ldms_json, prometheus_text (one scrape per message), remote_write "
+               "(Prometheus; POST /api/v1/write on --http-port), collectd_json (write_kafka/write_http JSON), "
+               "graphite (collectd write_graphite), perfsift (samples, passed through)")  # fmt: skip
 MapOpt = Annotated[
     Path | None,
     typer.Option("--map", help="YAML mapping over the format's defaults: node, job, attributes, quantiles, "
@@ -70,9 +72,11 @@ def ingest(
         float | None, typer.Option("--idle-exit", help="Drain and exit after this many seconds without input.")
     ] = None,
 ) -> None:
-    """Read OTLP, Telegraf, LDMS or Prometheus records from a topic and publish perfsift samples
-    (one per job, node and timestamp) to perf.raw: a consumer-group stage with checkpoints,
-    dead letters (malformed, unmapped, late) and /metrics, until SIGTERM/Ctrl-C."""
+    """Read OTLP, Telegraf, LDMS, Prometheus, collectd or Graphite records from a topic and publish
+    perfsift samples (one per job, node and timestamp) to perf.raw: a consumer-group stage with
+    checkpoints, dead letters (malformed, unmapped, late, collision) and /metrics, until
+    SIGTERM/Ctrl-C. With --format remote_write, Prometheus posts to /api/v1/write on --http-port
+    and the requests go through the topic."""
     cfg = pipeline_from_flags(config, settings)
     if not bootstrap:
         raise fail("ingest needs --bootstrap (or PERFSIFT_BOOTSTRAP); `perfsift broker` starts one locally")
@@ -83,7 +87,7 @@ def ingest(
     props = kafka_properties(bootstrap, parse_props(kafka_prop), file=cfg.kafka)
     runner = IngestRunner(st, cfg, props)
     try:
-        health = HealthServer(runner, http_port, http_host) if http_port else None
+        health = HealthServer(runner, http_port, http_host, post=http_routes(runner)) if http_port else None
     except OSError as exc:
         raise fail(f"cannot serve /metrics on {http_host}:{http_port}: {exc.strerror or exc}; choose another "
                    "--http-port (0 turns the endpoints off)") from None  # fmt: skip
@@ -105,22 +109,38 @@ def ingest(
 
 
 def convert_command(
-    src: Annotated[Path, typer.Argument(help="The exported file.", exists=True, dir_okay=False)],
+    src: Annotated[list[Path], typer.Argument(help="The exported files.", exists=True, dir_okay=False)],
     fmt: Annotated[Format, typer.Option("--format", "-f", help=FORMAT_HELP)],
     output: Annotated[Path, typer.Option("--output", "-o", help="Trace to write: .jsonl, .csv or .sddf (.gz too).")],
     map_file: MapOpt = None,
+    node: Annotated[
+        str | None,
+        typer.Option(
+            help="Node of records that name none (default: the file's stem without a trailing counter "
+            "or time: node-1.003.prom -> node-1)."
+        ),
+    ] = None,
+    interval: Annotated[
+        float | None,
+        typer.Option(
+            help="Seconds between concatenated scrapes without timestamps (the last one is the file's "
+            "modification time)."
+        ),
+    ] = None,
 ) -> None:
-    """Convert an archived export (Collector file exporter OTLP JSON lines or proto, Telegraf or
-    LDMS JSON lines, a Prometheus scrape) into a perfsift trace, as `perfsift ingest` would."""
+    """Convert archived exports (Collector file exporter OTLP JSON lines or proto, Telegraf or
+    LDMS JSON lines, line protocol, collectd JSON or Graphite lines, Prometheus scrapes: several
+    files or several scrapes in one) into one perfsift trace, as `perfsift ingest` would."""
     from perfsift.producers.convert import convert
 
     try:
-        res = convert(src, output, _settings(fmt.value, map_file, 0.0))
+        res = convert(src, output, _settings(fmt.value, map_file, 0.0), node=node, interval=interval)
     except IngestConfigError as exc:
         raise fail(str(exc)) from None
     for p in res["first_problems"][:5]:
         console.print(f"[yellow]skipped[/yellow] {escape(p)}", soft_wrap=True)  # file:line stays on one line
+    what = src[0] if len(src) == 1 else f"{len(src)} files"
     if not res["samples"]:
-        raise fail(f"{src}: no sample ({res['records']} records, {res['problems']} problems)")
+        raise fail(f"{what}: no sample ({res['records']} records, {res['problems']} problems)")
     out.print(f"{output}: {res['samples']} samples of {res['metrics']} metrics from {res['records']} records "
               f"({res['points']} points, {res['problems']} problems)", soft_wrap=True)  # fmt: skip

@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 import threading
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from perfsift.cli.ui import (
@@ -40,8 +40,24 @@ def broker(
     port: Annotated[int | None, typer.Option(help="Port on 127.0.0.1 (default: a free one).")] = None,
     config: ConfigOpt = None,
     create_topics: Annotated[bool, typer.Option(help="Create the pipeline's topics once it is up.")] = True,
+    client_lib: Annotated[
+        bool,
+        typer.Option(
+            "--client-lib",
+            help="Print a folder with a librdkafka new enough for this broker, for "
+            "LD_LIBRARY_PATH of kcat or collectd built on librdkafka < 2.2 (Debian 12's), and exit.",
+        ),
+    ] = False,
 ) -> None:
     """Run the embedded Kafka-protocol broker (Tansu, in memory) in the foreground until Ctrl-C."""
+    if client_lib:
+        from perfsift.streams.broker import client_library_dir
+
+        try:
+            typer.echo(str(client_library_dir()))
+        except BrokerError as exc:
+            raise fail(str(exc), 1) from None
+        return
     cfg = pipeline_from_flags(config)
     stop = threading.Event()
     try:
@@ -72,9 +88,57 @@ def topics(
     out.print(f"{len(created)} topics created, {len(names) - len(created)} existed: {', '.join(names)}")
 
 
+def produce_raw(props: dict[str, str], topic: str, files: list[Path], key: str | None, whole: bool) -> int:
+    """Publish bytes as they are, as ``kcat -P`` does: each FILE as one message, or standard input
+    one message per line (``whole``: all of it as one message); keyed by ``key``."""
+    from confluent_kafka import Producer
+    from perfsift.streams.clients import producer_settings
+
+    failed: list[str] = []
+
+    def delivered(err: Any, msg: Any) -> None:
+        if err is not None:
+            failed.append(str(err))
+
+    producer = Producer(producer_settings(props) | {"on_delivery": delivered})
+    k = key.encode() if key is not None else None
+
+    def send(value: bytes) -> None:
+        while True:
+            try:
+                producer.produce(topic, value, k)
+                producer.poll(0)
+                return
+            except BufferError:
+                producer.poll(0.05)
+
+    n = 0
+    if files:
+        for f in files:
+            send(f.read_bytes())
+            n += 1
+    elif whole:
+        send(sys.stdin.buffer.read())
+        n = 1
+    else:
+        for line in sys.stdin.buffer:
+            if line.strip():
+                send(line.rstrip(b"\r\n"))
+                n += 1
+    left = producer.flush(60)
+    if left or failed:
+        raise fail(f"{left + len(failed)} of {n} messages not acknowledged" + (f": {failed[0]}" if failed else ""), 1)
+    return n
+
+
 def produce(
-    file: Annotated[
-        Path | None, typer.Argument(help="Trace: SDDF, CSV or JSONL (.gz accepted).", exists=True, dir_okay=False)
+    files: Annotated[
+        list[Path] | None,
+        typer.Argument(
+            help="Trace: SDDF, CSV or JSONL (.gz accepted); with --raw: files, each one message.",
+            exists=True,
+            dir_okay=False,
+        ),
     ] = None,
     demo: Annotated[bool, typer.Option("--demo", help="Publish the bundled demo trace instead of FILE.")] = False,
     topic: Annotated[str, typer.Option("--topic", "-t", help="Topic to publish to.")] = "perf.raw",
@@ -82,12 +146,43 @@ def produce(
     kafka_prop: PropsOpt = None,
     job: Annotated[str | None, typer.Option(help="Set this job on every sample.")] = None,
     config: ConfigOpt = None,
+    raw: Annotated[
+        bool,
+        typer.Option(
+            "--raw",
+            help="Publish bytes as they are, like kcat -P: each FILE as one message, or "
+            "standard input one message per line (--whole: as one message).",
+        ),
+    ] = False,
+    key: Annotated[
+        str | None, typer.Option("--key", "-k", help="With --raw: the messages' key (e.g. the node).")
+    ] = None,
+    whole: Annotated[bool, typer.Option("--whole", help="With --raw: standard input as one message.")] = False,
 ) -> None:
     """Publish a trace's samples to a topic as fast as possible, keyed by node, in the pipeline's
     encoding (--config; JSON by default); seq is numbered per (job, node) where absent. `perfsift
-    replay` keeps the trace's timing."""
+    replay` keeps the trace's timing. With --raw, any bytes (a scrape, Telegraf lines, collectd
+    JSON) for `perfsift ingest`: works with every broker perfsift works with, the embedded one
+    included (Debian 12's kcat cannot talk to it, docs/ingest.md)."""
     if not bootstrap:
         raise fail("produce needs --bootstrap (or PERFSIFT_BOOTSTRAP); start one with `perfsift broker`")
+    if raw:
+        if demo or job:
+            raise fail("--raw publishes bytes: --demo and --job are for samples")
+        cfg = pipeline_from_flags(config)
+        props = kafka_properties(bootstrap, parse_props(kafka_prop), file=cfg.kafka)
+        try:
+            require_topic(props, topic)
+        except ValueError as exc:
+            raise fail(f"{exc}; `perfsift ingest --topic {topic} ...` creates its input topic") from None
+        n = produce_raw(props, topic, list(files or []), key, whole)
+        out.print(f"published {n} messages to {topic}")
+        return
+    if key is not None or whole:
+        raise fail("--key and --whole go with --raw")
+    if files and len(files) > 1:
+        raise fail("give one trace FILE (several files: --raw)")
+    file = files[0] if files else None
     if (file is None) == (not demo):
         raise fail("give a FILE or --demo (not both)")
     path = demo_trace_path() if demo else file

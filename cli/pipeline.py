@@ -31,7 +31,7 @@ from perfsift.streams.broker import BrokerError, bootstrap_or_embedded
 from perfsift.streams.clients import create_pipeline_topics, kafka_properties, parse_props
 from perfsift.streams.config import ConfigError, load_pipeline, parse_settings, with_options
 from perfsift.streams.http import HealthServer
-from perfsift.streams.ingest_stage import stage_runner
+from perfsift.streams.ingest_stage import http_routes, stage_runner
 from perfsift.streams.logs import LogFormat, current_logging
 from perfsift.streams.stage import StageError
 from perfsift.streams.volume import bytes_table
@@ -70,7 +70,7 @@ def worker(
     props = kafka_properties(bootstrap, parse_props(kafka_prop), file=cfg.kafka)
     runner = stage_runner(st, cfg, props)
     try:  # bound before Kafka is asked anything: a local mistake fails at once
-        health = HealthServer(runner, http_port, http_host) if http_port else None
+        health = HealthServer(runner, http_port, http_host, post=http_routes(runner)) if http_port else None
     except OSError as exc:
         raise fail(
             f"cannot serve /healthz and /metrics on {http_host}:{http_port}: {exc.strerror or exc}; "

@@ -1,7 +1,8 @@
-"""Standard telemetry in: OTLP (protobuf and JSON), Telegraf JSON, LDMS JSON rows and the
-Prometheus text format, decoded into perfsift samples.
+"""Standard telemetry in: OTLP (protobuf and JSON), Telegraf JSON and line protocol, LDMS JSON
+rows, Prometheus text and remote_write, collectd JSON and Graphite, decoded into perfsift samples.
 
-One module per family of formats (:mod:`.otlp`, :mod:`.text`), the mapping (:mod:`.settings`), the
+One module per family of formats (:mod:`.otlp`, :mod:`.text`, :mod:`.prometheus`,
+:mod:`.remote_write`, :mod:`.influx`, :mod:`.collectd`), the mapping (:mod:`.settings`), the
 long-to-wide assembler (:mod:`.assemble`); :func:`decoder_for` picks the decoder of a format.
 """
 
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 from perfsift.formats.assemble import Assembler, IngestError
 from perfsift.formats.settings import FORMATS, IngestMap, IngestSettings, load_map, parse_ingest
-from perfsift.formats.text import Decoder, ldms_decoder, prometheus_decoder, telegraf_decoder
+from perfsift.formats.text import Decoder, ldms_decoder, telegraf_decoder
 
 
 def decoder_for(asm: Assembler) -> Decoder:
@@ -33,7 +34,25 @@ def decoder_for(asm: Assembler) -> Decoder:
     if fmt == "ldms_json":
         return ldms_decoder(asm)
     if fmt == "prometheus_text":
+        from perfsift.formats.prometheus import prometheus_decoder
+
         return prometheus_decoder(asm)
+    if fmt == "remote_write":
+        from perfsift.formats.remote_write import remote_write_decoder
+
+        return remote_write_decoder(asm)
+    if fmt == "influx_line":
+        from perfsift.formats.influx import influx_decoder
+
+        return influx_decoder(asm)
+    if fmt == "collectd_json":
+        from perfsift.formats.collectd import collectd_decoder
+
+        return collectd_decoder(asm)
+    if fmt == "graphite":
+        from perfsift.formats.collectd import graphite_decoder
+
+        return graphite_decoder(asm)
     raise ValueError(f"format {fmt!r} has no long-record decoder")
 
 

@@ -61,6 +61,14 @@ class Assembler:
         self.unmapped = 0
         self.unmapped_why = ""
         self.points = 0
+        #: series of the current message that mapped onto a name another series had (dead-lettered)
+        self.collided: list[str] = []
+        #: most metrics a sample keeps (the stage's ``max_metrics_per_sample``; None: no cap)
+        self.max_metrics: int | None = None
+        #: metric values left out by the cap since the last :meth:`take_dropped`
+        self.dropped = 0
+        #: the names each (job, node) keeps once it went over the cap: the same ones every time
+        self.admitted: dict[tuple[str, str], dict[str, None]] = {}
 
     # -- decoding side ---------------------------------------------------------------------------------
     def row(self, job: str, node: str, ts: float) -> Row | None:
@@ -82,9 +90,11 @@ class Assembler:
             self._arrivals.append((self.now, job, node, ts))
         return r
 
-    def rate(self, job: str, node: str, name: str, ts: float, value: float, start: float) -> float | None:
+    def rate(self, job: str, node: str, name: str, ts: float, value: float, start: float,
+             signed: bool = False) -> float | None:  # fmt: skip
         """Per-second rate of a cumulative counter from its previous point (None at the first point,
-        after a reset or when time does not advance)."""
+        after a reset or when time does not advance). ``signed``: the value may go down (collectd's
+        ``derive``), which is a negative rate, not a reset."""
         key = (job, node, name)
         prev = self.counters.get(key)
         self.counters[key] = (ts, value, start)
@@ -92,7 +102,7 @@ class Assembler:
             return None
         pts, pv, pstart = prev
         dt = ts - pts
-        if value < pv or start != pstart or dt <= 0:
+        if (value < pv and not signed) or start != pstart or dt <= 0:
             return None
         return (value - pv) / dt
 
@@ -114,9 +124,20 @@ class Assembler:
         self.unmapped += n
         self.unmapped_why = why
 
+    def collision(self, names: list[str]) -> None:
+        """Series of the current message whose names another series of it already had."""
+        self.collided += names
+
     def take_problems(self) -> list[tuple[str, str]]:
-        """(dead-letter kind, reason) for the late and unmapped points since the last call."""
+        """(dead-letter kind, reason) for the late, unmapped and colliding points since the last call."""
         out = []
+        if self.collided:
+            names = sorted(set(self.collided))
+            shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+            why = (f"{len(self.collided)} series map onto a name another series of the message had ({shown}): "
+                   "the first kept, the others dropped; check the map's attributes and rename")  # fmt: skip
+            out.append(("collision", why))
+            self.collided = []
         if self.late:
             job, node, ts = self.late_at or ("", "", 0.0)
             out.append(("late", f"{self.late} points arrived after their sample was emitted (max-delay "
@@ -157,9 +178,37 @@ class Assembler:
             self._arrivals = deque(a for a in arrivals if a[3] in rows.get((a[1], a[2]), ()))
         return out
 
+    def take_dropped(self) -> int:
+        """Metric values the cap left out since the last call."""
+        n, self.dropped = self.dropped, 0
+        return n
+
+    def _cap(self, sample: Sample) -> Sample:
+        """``sample`` with at most ``max_metrics`` of its kept metrics: those its (job, node) kept
+        before, then the others in name order while there is room; the rest counted as dropped."""
+        job, node, ts, metrics = sample
+        m, cap = self.map, self.max_metrics
+        assert cap is not None
+        names = [k for k in metrics if not m.filters or m.keep(m.rename.get(k, k))]
+        if len(names) <= cap:
+            return sample
+        admitted = self.admitted.setdefault((job, node), {})
+        chosen = [k for k in names if k in admitted]
+        if len(chosen) < cap:
+            fresh = sorted(k for k in names if k not in admitted)[: cap - len(chosen)]
+            admitted.update(dict.fromkeys(fresh))
+            chosen += fresh
+        chosen = sorted(chosen)[:cap]
+        self.dropped += len(names) - len(chosen)
+        return (job, node, ts, {k: metrics[k] for k in chosen})
+
     def to_batch(self, samples: list[Sample]) -> Batch:
-        """The samples as a column batch (renames, include and exclude applied to the columns)."""
+        """The samples as a column batch (renames, include and exclude applied to the columns;
+        at most ``max_metrics`` metrics a sample)."""
         m = self.map
+        if self.max_metrics is not None:
+            cap = self.max_metrics
+            samples = [s if len(s[3]) <= cap else self._cap(s) for s in samples]
         names: dict[str, int] = {}
         final: dict[str, int] = {}
         groups: dict[tuple[str, ...], list[int]] = {}
@@ -194,6 +243,7 @@ class Assembler:
                 "rows": [[j, n, ts, r] for (j, n), series in self.rows.items() for ts, r in series.items()],
                 "emitted": [[j, n, ts] for (j, n), ts in self.emitted.items()],
                 "counters": [[j, n, name, *v] for (j, n, name), v in self.counters.items()],
+                "admitted": [[j, n, list(names)] for (j, n), names in self.admitted.items()],
             }
         )
 
@@ -206,3 +256,4 @@ class Assembler:
             self._arrivals.append((now, j, n, ts))
         self.emitted = {(j, n): ts for j, n, ts in doc["emitted"]}
         self.counters = {(j, n, name): (ts, v, start) for j, n, name, ts, v, start in doc["counters"]}
+        self.admitted = {(j, n): dict.fromkeys(names) for j, n, names in doc.get("admitted", [])}

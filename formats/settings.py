@@ -15,12 +15,16 @@ the node and the job come from and how a series becomes a metric name; every for
     align: 0                         # seconds: timestamps floored to a multiple (0 = exact)
     rename: {system.cpu.time.user: cpu_user}
     include: ["system.*"]            # metric names kept (fnmatch patterns; default: all)
-    exclude: ["*.p99"]
+    exclude: ["*.p99"]               # (prometheus_text and remote_write exclude info and
+                                     #   exporter self-metrics by default; [] keeps everything)
+    prefix: "collectd."              # graphite only: stripped before <host><postfix>.<metric>
+    postfix: ""
 """
 
 from __future__ import annotations
 
 import fnmatch
+import functools
 import hashlib
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
@@ -30,7 +34,11 @@ from typing import Any
 import orjson
 import yaml
 
-FORMATS = ("otlp_proto", "otlp_json", "telegraf_json", "ldms_json", "prometheus_text", "perfsift")
+FORMATS = ("otlp_proto", "otlp_json", "telegraf_json", "influx_line", "ldms_json", "prometheus_text", "remote_write",
+           "collectd_json", "graphite", "perfsift")  # fmt: skip
+#: exporters' metrics about themselves and info metrics (constant 1, information in labels): not
+#: metrics to compare nodes by; the default ``exclude`` of the Prometheus formats
+PROMETHEUS_EXCLUDE = ("*_info", "*_info{*", "go_*", "process_*", "promhttp_*", "node_scrape_collector_*")
 
 
 class IngestConfigError(ValueError):
@@ -52,16 +60,24 @@ class IngestMap:
     rename: Mapping[str, str] = field(default_factory=dict)
     include: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
+    #: graphite: stripped from the front of a path, and from the end of its host
+    prefix: str = ""
+    postfix: str = ""
 
     def keep(self, name: str) -> bool:
         """Whether a metric name passes ``include`` and ``exclude``."""
-        if self.include and not any(fnmatch.fnmatchcase(name, p) for p in self.include):
-            return False
-        return not any(fnmatch.fnmatchcase(name, p) for p in self.exclude)
+        return _keep(self.include, self.exclude, name)
 
     @property
     def filters(self) -> bool:
         return bool(self.include or self.exclude or self.rename)
+
+
+@functools.lru_cache(maxsize=65536)
+def _keep(include: tuple[str, ...], exclude: tuple[str, ...], name: str) -> bool:
+    if include and not any(fnmatch.fnmatchcase(name, p) for p in include):
+        return False
+    return not any(fnmatch.fnmatchcase(name, p) for p in exclude)
 
 
 #: the mapping each format starts from
@@ -70,7 +86,12 @@ DEFAULT_MAPS: dict[str, IngestMap] = {
     "otlp_json": IngestMap(),
     "telegraf_json": IngestMap(node=("host",), job=None),
     "ldms_json": IngestMap(node=("ProducerName", "producer", "component_id"), job=None),
-    "prometheus_text": IngestMap(node=("instance", "host"), job=None),
+    "influx_line": IngestMap(node=("host",), job=None),
+    "prometheus_text": IngestMap(node=("instance", "host"), job=None, exclude=PROMETHEUS_EXCLUDE),
+    # Prometheus' synthetic series of every target (up, scrape_duration_seconds, ...) go too
+    "remote_write": IngestMap(node=("instance",), job="job", exclude=(*PROMETHEUS_EXCLUDE, "scrape_*")),
+    "collectd_json": IngestMap(node=("host",), job=None, align=1.0),
+    "graphite": IngestMap(node=("host",), job=None),
     "perfsift": IngestMap(),
 }
 
@@ -127,7 +148,14 @@ def parse_map(fmt: str, doc: object, source: str = "--map") -> IngestMap:
         elif key == "rename":
             if not isinstance(value, Mapping) or not all(isinstance(v, str) for v in value.values()):
                 raise IngestConfigError(f"{where}: a mapping of metric name -> new name")
+            twice = sorted({v for v in value.values() if list(value.values()).count(v) > 1})
+            if twice:  # two series would collapse into one name
+                raise IngestConfigError(f"{where}: several names renamed to {', '.join(map(repr, twice))}")
             ch[key] = {str(k): v for k, v in value.items()}
+        elif key in ("prefix", "postfix"):
+            if not isinstance(value, str):
+                raise IngestConfigError(f"{where}: a string")
+            ch[key] = value
     if "node" in ch and not ch["node"]:
         raise IngestConfigError(f"{source}: node: at least one attribute")
     return replace(base, **ch)

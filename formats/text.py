@@ -1,4 +1,4 @@
-"""Telegraf JSON, LDMS JSON rows and the Prometheus exposition format into an :class:`Assembler`.
+"""Telegraf JSON and LDMS JSON rows into an :class:`Assembler`.
 
 - ``telegraf_json``: Telegraf's JSON serializer, ``{"fields", "name", "tags", "timestamp"}`` per
   message, or its batch format ``{"metrics": [...]}``. Node: the ``host`` tag; metric name
@@ -10,10 +10,9 @@
   "ProducerName": ..., "component_id": ..., "job_id": ..., <metric>: value, ...}``. Node:
   ``ProducerName``; array metrics become ``<name>.<index>``; the row's identity columns are not
   metrics.
-- ``prometheus_text``: one scrape per message, read by ``prometheus_client``'s parser. Node: the
-  ``instance`` (or ``host``) label, else the message key; time: the sample's own timestamp, else
-  the message's. Counters (``_total``) become rates, histograms count/sum rates and quantiles of
-  the buckets since the previous scrape, summaries count/sum rates and their quantiles.
+
+The Prometheus formats are in :mod:`.prometheus` and :mod:`.remote_write`, InfluxDB line protocol
+in :mod:`.influx`, collectd's in :mod:`.collectd`.
 """
 
 from __future__ import annotations
@@ -24,7 +23,6 @@ from typing import Any
 
 import orjson
 from perfsift.formats.assemble import Assembler, IngestError
-from perfsift.formats.otlp.otlp_in import bucket_quantile, quantile_label
 
 #: identity columns of an LDMS row (never metrics)
 LDMS_META = frozenset({"timestamp", "ProducerName", "producer", "instance", "component_id", "job_id", "app_id",
@@ -132,66 +130,5 @@ def ldms_decoder(asm: Assembler) -> Decoder:
                 x = _number(v)
                 if x is not None:
                     row[name] = x
-
-    return decode
-
-
-def prometheus_decoder(asm: Assembler) -> Decoder:
-    from prometheus_client.parser import text_string_to_metric_families
-
-    m = asm.map
-    skip = {*m.node, *([m.job] if m.job else []), "le", "quantile"}
-
-    def decode(value: bytes, key: bytes | None = None, when: float = 0.0) -> None:
-        try:
-            families = list(text_string_to_metric_families(value.decode()))
-        except (ValueError, UnicodeDecodeError, IndexError, TypeError) as exc:
-            raise IngestError(f"not the Prometheus text format: {str(exc)[:300]}") from None
-        fallback = key.decode(errors="replace") if key else None
-        buckets: dict[tuple[str, str, str, float, str], tuple[list[float], list[float]]] = {}
-        for fam in families:
-            for s in fam.samples:
-                labels = s.labels
-                node = next((labels[k] for k in m.node if k in labels), fallback)
-                if node is None:
-                    asm.unmapped_point(1, f"no node label ({', '.join(m.node)}) and no message key")
-                    continue
-                job = labels[m.job] if m.job and m.job in labels else m.job_default
-                ts = float(s.timestamp) if s.timestamp is not None else when
-                asm.points += 1
-                row = asm.row(job, node, ts)
-                if row is None:
-                    continue
-                name = ".".join([fam.name, *_suffix(labels, skip, m.attributes)])
-                sname, typ, v = s.name, fam.type, float(s.value)
-                if sname.endswith("_created"):
-                    continue
-                if typ in ("histogram", "gaugehistogram") and sname.endswith("_bucket"):
-                    bounds, counts = buckets.setdefault((job, node, name, ts, typ), ([], []))
-                    bounds.append(float(labels["le"]))
-                    counts.append(v)
-                    continue
-                if typ == "summary" and "quantile" in labels:
-                    row[f"{name}.{quantile_label(float(labels['quantile']))}"] = v
-                    continue
-                tail = sname[len(fam.name) :]  # "", "_total", "_count", "_sum"
-                metric = f"{name}.{tail[1:]}" if tail in ("_count", "_sum") else name
-                counter = typ == "counter" or (typ in ("histogram", "summary") and tail in ("_count", "_sum"))
-                if counter and m.rates:
-                    row[metric] = asm.rate(job, node, metric, ts, v, 0.0)
-                elif math.isfinite(v):
-                    row[metric] = v
-        for (job, node, name, ts, typ), (bounds, cum) in buckets.items():
-            row = asm.row(job, node, ts)
-            if row is None or not m.quantiles:
-                continue
-            order = sorted(range(len(bounds)), key=bounds.__getitem__)
-            deltas = [int(cum[i]) - (int(cum[order[j - 1]]) if j else 0) for j, i in enumerate(order)]
-            finite = [bounds[i] for i in order if math.isfinite(bounds[i])]
-            window: list[int] | None = deltas
-            if m.rates and typ == "histogram":
-                window = asm.window(job, node, f"{name}#buckets", ts, deltas, 0.0)
-            for q in m.quantiles:
-                row[f"{name}.{quantile_label(q)}"] = None if window is None else bucket_quantile(q, finite, window)
 
     return decode

@@ -57,6 +57,31 @@ def broker_binary() -> str:
         raise BrokerError(f"cannot locate the Tansu broker binary: {exc}") from exc
 
 
+def client_library_dir(where: str | Path | None = None) -> Path:
+    """A folder holding ``librdkafka.so.1``: the librdkafka bundled with confluent-kafka (2.x, new
+    enough for the embedded broker), for ``LD_LIBRARY_PATH`` of stock tools linked against the
+    system's librdkafka. Debian 12's librdkafka 2.0.2 (kcat 1.7.1, collectd 5.12's write_kafka)
+    skips only ``length - 1`` bytes of each tagged field of a response (fixed in librdkafka 2.2,
+    confluentinc/librdkafka#4278); the embedded broker writes the four tagged fields of its
+    ApiVersions v3 answer even at their defaults (Apache Kafka omits them), so the old client
+    reads past them: ``ApiVersionRequest failed: Local: Read underflow``."""
+    import glob
+
+    import confluent_kafka
+
+    pkg = Path(confluent_kafka.__file__).resolve().parent
+    found = sorted(glob.glob(str(pkg.parent / "confluent_kafka.libs" / "librdkafka*.so*")))
+    if not found:  # a confluent-kafka built against the system's library: nothing newer to offer
+        raise BrokerError(f"confluent-kafka at {pkg} bundles no librdkafka (it uses the system's)")
+    folder = Path(where) if where else Path(tempfile.gettempdir()) / f"perfsift-librdkafka-{os.getuid()}"
+    folder.mkdir(parents=True, exist_ok=True)
+    link = folder / "librdkafka.so.1"
+    if not (link.is_symlink() and os.readlink(link) == found[0]):
+        link.unlink(missing_ok=True)
+        link.symlink_to(found[0])
+    return folder
+
+
 def wait_until_ready(bootstrap: str, timeout: float = 20.0, proc: subprocess.Popen[bytes] | None = None) -> None:
     """Block until a broker at ``bootstrap`` answers a Kafka metadata request."""
     from confluent_kafka.admin import AdminClient

@@ -8,7 +8,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 
@@ -174,6 +174,12 @@ class _RunnerCollector(Collector):
             ("perfsift_bytes_out", "bytes produced", s.bytes_out),
             ("perfsift_commits", "offset commits", s.commits),
             ("perfsift_busy_seconds", "seconds spent processing batches", s.busy_s),
+            (
+                "perfsift_ingest_series_dropped",
+                "metric values an ingest stage left out of samples over the "
+                "limit max_metrics_per_sample (a node keeps the same first metrics, in name order)",
+                s.series_dropped,
+            ),
         ):
             c = CounterMetricFamily(name, doc, labels=["stage"])
             c.add_metric([stage], value)
@@ -205,7 +211,11 @@ class _RunnerCollector(Collector):
 class HealthServer:
     """Serves the endpoints of one runner on ``host:port`` in a daemon thread (port 0 = any free port)."""
 
-    def __init__(self, runner: StageRunner, port: int, host: str = "0.0.0.0") -> None:
+    def __init__(self, runner: StageRunner, port: int, host: str = "0.0.0.0",
+                 post: dict[str, Callable[[bytes, Any], tuple[int, bytes]]] | None = None) -> None:  # fmt: skip
+        """``post``: path -> handler(body, headers) -> (status, body), e.g. ``/api/v1/write`` of
+        an ingest stage of remote_write (:class:`~perfsift.formats.remote_write.RemoteWriteReceiver`)."""
+        routes = dict(post or {})
         registry = CollectorRegistry()
         registry.register(_RunnerCollector(runner))
         ProcessCollector(registry=registry)  # process_* (CPU, memory, file descriptors)
@@ -225,6 +235,16 @@ class HealthServer:
                     self._send(200, generate_latest(registry), CONTENT_TYPE_LATEST)
                 else:
                     self._send(404, b"try /healthz, /readyz or /metrics\n")
+
+            def do_POST(self) -> None:
+                route = routes.get(self.path.split("?", 1)[0])
+                if route is None:
+                    self._send(405 if self.path.split("?", 1)[0] in ("/healthz", "/readyz", "/metrics") else 404,
+                               b"POST: only " + ", ".join(routes).encode() + b"\n")  # fmt: skip
+                    return
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                code, answer = route(body, self.headers)
+                self._send(code, answer)
 
             def _send(self, code: int, body: bytes, ctype: str = "text/plain; charset=utf-8") -> None:
                 self.send_response(code)

@@ -19,6 +19,7 @@ commit and restored with it, so a committed offset never loses a point that is s
 from __future__ import annotations
 
 import base64
+import logging
 import math
 import time
 from typing import Any
@@ -33,6 +34,8 @@ from perfsift.streams.clients import dead_letter_record, where
 from perfsift.streams.config import PipelineConfig, StageConfig
 from perfsift.streams.runner import StageRunner
 from perfsift.streams.stage import Chain
+
+log = logging.getLogger("perfsift.ingest")
 
 
 def assembler_of(chain: Chain, settings: IngestSettings) -> tuple[Assembler, Decoder]:
@@ -111,7 +114,16 @@ class IngestRunner(StageRunner):
                 self._publish(part, asm, samples)
 
     def _publish(self, part: Partition, asm: Assembler, samples: list[Any]) -> None:
+        asm.max_metrics = part.guard.limits.max_metrics_per_sample
         batch = asm.to_batch(samples)
+        dropped = asm.take_dropped()
+        if dropped:
+            if not self.stats.series_dropped:
+                log.warning("stage %s: samples with more than max_metrics_per_sample=%d metrics keep the first ones "
+                            "(the same ones every time, in name order); %d values left out so far (counted in "
+                            "perfsift_ingest_series_dropped_total)", self.stage.name, asm.max_metrics,
+                            dropped)  # fmt: skip
+            self.stats.series_dropped += dropped
         batch, refused = part.guard.check(batch)
         for row, reason, detail in refused:  # no message to park: the sample itself is the record
             job, node, ts, metrics = samples[row]
@@ -164,6 +176,22 @@ class IngestRunner(StageRunner):
             self._publish(part, asm, samples)
         self.stats.records_in += len(ms)
         self.stats.bytes_in += sum(len(m.value() or b"") for m in ms)
+
+
+def http_routes(runner: StageRunner) -> dict[str, Any]:
+    """The POST endpoints of a runner's HTTP server: ``/api/v1/write`` for an ingest stage of
+    ``remote_write`` (Prometheus posts there; the requests go to the stage's input topic, one per
+    node), none for the others."""
+    if not isinstance(runner, IngestRunner) or runner._ingest is None or runner._ingest.format != "remote_write":
+        return {}
+    from confluent_kafka import Producer
+    from perfsift.formats.remote_write import RemoteWriteReceiver
+    from perfsift.streams.clients import producer_settings
+
+    producer = Producer(producer_settings({k: v for k, v in runner.kafka.items() if not k.startswith("transaction")}))
+    receiver = RemoteWriteReceiver(producer, runner._in_topic, runner._ingest.map.node)
+    runner.remote_write = receiver  # type: ignore[attr-defined]
+    return {"/api/v1/write": receiver.handle}
 
 
 def stage_runner(stage: StageConfig, pipeline: PipelineConfig, kafka: dict[str, str], **kw: Any) -> StageRunner:

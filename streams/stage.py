@@ -45,7 +45,7 @@ class StageError(RuntimeError):
 #: upper bounds (seconds) of the batch-duration histogram's buckets
 BATCH_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 #: why a record went to the dead-letter topic: the bounded set of the ``reason`` label
-DEAD_LETTER_REASONS = ("malformed", "operator_failed", *LIMIT_REASONS, "unmapped", "late")
+DEAD_LETTER_REASONS = ("malformed", "operator_failed", *LIMIT_REASONS, "unmapped", "late", "collision")
 
 
 @dataclass
@@ -87,6 +87,8 @@ class StageStats:
     #: (:mod:`~perfsift.streams.volume`); written includes the state snapshots
     wire_in: TopicBytes = field(default_factory=TopicBytes)
     wire_out: TopicBytes = field(default_factory=TopicBytes)
+    #: metric values an ingest stage left out of samples over ``max_metrics_per_sample``
+    series_dropped: int = 0
 
     def observe_batch(self, seconds: float) -> None:
         """One processed batch of ``seconds`` into the duration histogram."""

@@ -179,7 +179,8 @@ def ldms_messages(producers: list[str], t0: float = 1_700_000_000.25) -> tuple[l
 
 def prometheus_messages(hosts: list[str], t0_ms: int = 1_700_000_000_000) -> tuple[list[Message], Expected]:
     """Two scrapes of a ``prometheus_client`` registry per host (``generate_latest()``), one scrape
-    per message keyed by the host, the scrape time as the message timestamp."""
+    per message keyed by the host, the scrape time as the message timestamp. Names as the series
+    are exposed, labels as ``{key=value}``."""
     from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
     msgs: list[Message] = []
@@ -201,20 +202,20 @@ def prometheus_messages(hosts: list[str], t0_ms: int = 1_700_000_000_000) -> tup
             msgs.append((generate_latest(reg), host.encode(), ts_ms))
             ts = ts_ms / 1000
             if k == 0:
-                expected[("default", host, ts)] = {"temp_celsius.cpu0": 40.0 + i, "requests": None,
-                                                   "io_seconds.count": None, "io_seconds.sum": None,
-                                                   "io_seconds.p50": None, "io_seconds.p90": None,
-                                                   "io_seconds.p99": None}  # fmt: skip
+                expected[("default", host, ts)] = {"temp_celsius{sensor=cpu0}": 40.0 + i, "requests_total": None,
+                                                   "io_seconds_count": None, "io_seconds_sum": None,
+                                                   "io_seconds{quantile=0.5}": None, "io_seconds{quantile=0.9}": None,
+                                                   "io_seconds{quantile=0.99}": None}  # fmt: skip
             else:
                 expected[("default", host, ts)] = {
-                    "temp_celsius.cpu0": 41.0 + i,
-                    "requests": 60 * (i + 1) / 15.0,
-                    "io_seconds.count": 4 / 15.0,
-                    "io_seconds.sum": sum([0.2, 0.4, 0.6, 0.8]) / 15.0,
+                    "temp_celsius{sensor=cpu0}": 41.0 + i,
+                    "requests_total": 60 * (i + 1) / 15.0,
+                    "io_seconds_count": 4 / 15.0,
+                    "io_seconds_sum": sum([0.2, 0.4, 0.6, 0.8]) / 15.0,
                     # the four new observations all lie in (0.1, 1.0]
-                    "io_seconds.p50": 0.1 + 0.9 * 0.5,
-                    "io_seconds.p90": 0.1 + 0.9 * 0.9,
-                    "io_seconds.p99": 0.1 + 0.9 * 0.99,
+                    "io_seconds{quantile=0.5}": 0.1 + 0.9 * 0.5,
+                    "io_seconds{quantile=0.9}": 0.1 + 0.9 * 0.9,
+                    "io_seconds{quantile=0.99}": 0.1 + 0.9 * 0.99,
                 }
     return msgs, expected
 
