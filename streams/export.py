@@ -104,9 +104,10 @@ class Exporter:
                 msgs = c.consume(self.batch, 0.2)
                 by_kind: dict[str, list[dict[str, Any]]] = {}
                 for m in msgs:
-                    if m.error() is not None:
-                        if m.error().code() != KafkaError._PARTITION_EOF:
-                            log.warning("export: %s", m.error())
+                    err = m.error()
+                    if err is not None:
+                        if err.code() != KafkaError._PARTITION_EOF:
+                            log.warning("export: %s", err)
                         continue
                     if start_ms and m.timestamp()[1] < start_ms:
                         continue
@@ -117,7 +118,7 @@ class Exporter:
                     if not isinstance(rec, dict):
                         self.undecodable += 1
                         continue
-                    by_kind.setdefault(self.topics[m.topic()], []).append(rec)
+                    by_kind.setdefault(self.topics[str(m.topic())], []).append(rec)
                 for kind, recs in by_kind.items():
                     self.values.add(kind, recs)
         finally:
