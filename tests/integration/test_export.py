@@ -25,7 +25,7 @@ from perfsift.streams.broker import free_port
 from perfsift.streams.clients import create_pipeline_topics, producer_settings
 from perfsift.streams.config import PipelineConfig, load_pipeline
 from perfsift.streams.export import EXPORTED, Exporter, ExportServer, RemoteWriter
-from perfsift.streams.runner import StageRunner, run_in_thread
+from perfsift.streams.runner import StageRunner, run_in_thread, wait_assigned
 
 from tests.conftest import read_topic, wait_until
 from tests.debian import program
@@ -139,8 +139,10 @@ def test_prometheus_scrapes_the_reduced_values_and_forecast_bounds(kafka: dict, 
     data = samples(time.time() - 60)
     runners = [StageRunner(cfg.stage(s), cfg, kafka, embedded=True) for s in ("select", "fc")]
     threads = [run_in_thread(r) for r in runners]
+    assert wait_assigned(runners, 120)
     publish_samples(kafka, cfg.topic("perf.raw"), data)
-    assert wait_until(lambda: all(r.stats.records_in >= len(data) for r in runners), 60)
+    done = wait_until(lambda: all(r.stats.records_in >= len(data) for r in runners), 120)
+    assert done, [(r.stage.name, r.stats.records_in, r.stats.dead_letters) for r in runners]
     for r, t in zip(runners, threads, strict=True):
         r.stop()
         t.join(20)
