@@ -29,6 +29,7 @@ from perfsift.streams.runner import StageRunner, run_in_thread, wait_assigned
 
 from tests.conftest import read_topic, wait_until
 from tests.debian import program
+from tests.unit.test_export_docs import scrape_config
 
 pytestmark = pytest.mark.integration
 
@@ -69,17 +70,14 @@ stages:
 
 @contextmanager
 def prometheus(tmp_path: Path, targets: list[str]) -> Iterator[str]:
-    """Debian's Prometheus scraping ``targets`` every second, its remote_write receiver on; yields
-    its URL."""
+    """Debian's Prometheus scraping ``targets`` every second with docs/export.md's scrape config,
+    its remote_write receiver on; yields its URL."""
     binary = program("prometheus")
     port = free_port()
+    scrape = {**scrape_config(), "scrape_interval": "1s", "scrape_timeout": "1s"}  # docs/export.md's
+    scrape["static_configs"] = [{"targets": targets}]
     conf = tmp_path / "prometheus.yml"
-    conf.write_text(f"""global: {{scrape_interval: 1s, scrape_timeout: 1s}}
-scrape_configs:
-  - job_name: perfsift-export
-    honor_labels: true
-    static_configs: [{{targets: {json.dumps(targets)}}}]
-""")
+    conf.write_text(json.dumps({"scrape_configs": [scrape]}))  # JSON is YAML
     proc = subprocess.Popen(
         [
             binary,
@@ -176,16 +174,12 @@ def test_prometheus_scrapes_the_reduced_values_and_forecast_bounds(kafka: dict, 
         assert wait_until(lambda: dict(values.records) == want, 30), values.records
         with prometheus(tmp_path, [f"127.0.0.1:{server.port}"]) as prom:
             # a scrape after everything was read: Prometheus has the records' count, then the values
-            done = {(("kind", k),): float(n) for k, n in want.items()}
-            assert wait_until(
-                lambda: (
-                    query(prom, "perfsift_export_records_total")
-                    == {
-                        (*k, ("instance", f"127.0.0.1:{server.port}"), ("job", "perfsift-export")): v
-                        for k, v in done.items()
-                    }
-                ),
-                30,
+            instance = ("instance", f"127.0.0.1:{server.port}")
+            counts = {(instance, ("job", "perfsift-export"), ("kind", k)): float(n) for k, n in want.items()}
+            assert wait_until(lambda: query(prom, "perfsift_export_records_total") == counts, 30), (
+                query(prom, "perfsift_export_records_total"),
+                counts,
+                query(prom, "up"),
             )
             got = query(prom, "perfsift_reduced")
             lower = query(prom, "perfsift_forecast_lower")
@@ -196,7 +190,6 @@ def test_prometheus_scrapes_the_reduced_values_and_forecast_bounds(kafka: dict, 
         thread.join(20)
         server.stop()
     last, created = last_values(reduced)
-    instance = ("instance", f"127.0.0.1:{server.port}")
     series = {(d["job"], d["node"], d["metric"]): v for d, v in ((dict(k), v) for k, v in got.items())}
     assert all(dict(k)["instance"] == instance[1] for k in got)
     assert series.keys() == created and len(created) >= 4  # every selected series, and nothing else
@@ -253,3 +246,63 @@ def test_remote_write_out_lands_in_prometheus(tmp_path: Path) -> None:
         (("job", "rw"), ("metric", "cpu"), ("node", "rw-n1")): 1 / 3,
         (("job", "rw"), ("metric", "mem"), ("node", "rw-n1")): 12345.678901234567,
     }
+
+
+def test_the_export_command_serves_and_stops_on_sigterm(kafka: dict, prefix: str, tmp_path: Path) -> None:
+    """``perfsift export`` as an operator runs it: a reduced record already on the topic is on
+    /metrics, and SIGTERM ends it at once with exit code 0."""
+    import signal
+    import sys
+
+    from confluent_kafka import Producer
+
+    (tmp_path / "p.yaml").write_text(f'topic_prefix: "{prefix}"\n')
+    cfg = load_pipeline(tmp_path / "p.yaml", env={})
+    create_pipeline_topics(cfg, kafka)
+    rec = {
+        "ts": time.time(),
+        "node": "cli-n1",
+        "job": "cj",
+        "seq": 1,
+        "metrics": {"cpu": 0.1 + 0.2},
+        "selection_version": 1,
+        "full": False,
+    }
+    p = Producer(producer_settings(kafka))
+    p.produce(cfg.topic("perf.reduced"), codec_for("json", "reduced").encode(rec), b"cli-n1")
+    assert p.flush(10) == 0
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "perfsift",
+            "export",
+            "-b",
+            kafka["bootstrap.servers"],
+            "--config",
+            str(tmp_path / "p.yaml"),
+            "--port",
+            str(port),
+            "--since",
+            "beginning",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    line = 'perfsift_reduced{job="cj",metric="cpu",node="cli-n1"} 0.30000000000000004'
+    try:
+        assert wait_until(lambda: line in _get(f"http://127.0.0.1:{port}/metrics"), 60)
+        assert _get(f"http://127.0.0.1:{port}/readyz") == "ready\n"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=15)
+    assert proc.returncode == 0, err.decode()[-2000:]
+
+
+def _get(url: str) -> str:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as r:
+            return str(r.read().decode())
+    except OSError:
+        return ""
