@@ -93,7 +93,7 @@ class Exporter:
     def run(self) -> None:
         """Consume until :meth:`stop`; one batch of messages at a time into ``values``."""
         settings = consumer_settings(self.props, f"perfsift.export.{time.time_ns()}")
-        c = Consumer({**settings, "auto.offset.reset": "earliest" if self.since_s else "latest"})
+        c = Consumer({**settings, "auto.offset.reset": "latest" if self.since_s == 0 else "earliest"})
         try:
             # the embedded broker answers a time lookup with the first offset: older messages are
             # skipped here by their time
