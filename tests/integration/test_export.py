@@ -248,9 +248,9 @@ def test_remote_write_out_lands_in_prometheus(tmp_path: Path) -> None:
     }
 
 
-def test_the_export_command_serves_and_stops_on_sigterm(kafka: dict, prefix: str, tmp_path: Path) -> None:
+def test_the_export_command_serves_pushes_and_stops_on_sigterm(kafka: dict, prefix: str, tmp_path: Path) -> None:
     """``perfsift export`` as an operator runs it: a reduced record already on the topic is on
-    /metrics, and SIGTERM ends it at once with exit code 0."""
+    /metrics and, with --remote-write, in Prometheus; SIGTERM ends it at once with exit code 0."""
     import signal
     import sys
 
@@ -272,31 +272,38 @@ def test_the_export_command_serves_and_stops_on_sigterm(kafka: dict, prefix: str
     p.produce(cfg.topic("perf.reduced"), codec_for("json", "reduced").encode(rec), b"cli-n1")
     assert p.flush(10) == 0
     port = free_port()
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "perfsift",
-            "export",
-            "-b",
-            kafka["bootstrap.servers"],
-            "--config",
-            str(tmp_path / "p.yaml"),
-            "--port",
-            str(port),
-            "--since",
-            "beginning",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
     line = 'perfsift_reduced{job="cj",metric="cpu",node="cli-n1"} 0.30000000000000004'
-    try:
-        assert wait_until(lambda: line in _get(f"http://127.0.0.1:{port}/metrics"), 60)
-        assert _get(f"http://127.0.0.1:{port}/readyz") == "ready\n"
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=15)
+    want = {(("job", "cj"), ("metric", "cpu"), ("node", "cli-n1")): 0.1 + 0.2}
+    with prometheus(tmp_path, []) as prom:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "perfsift",
+                "export",
+                "-b",
+                kafka["bootstrap.servers"],
+                "--config",
+                str(tmp_path / "p.yaml"),
+                "--port",
+                str(port),
+                "--since",
+                "beginning",
+                "--remote-write",
+                f"{prom}/api/v1/write",
+                "--remote-write-interval",
+                "1s",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        try:
+            assert wait_until(lambda: line in _get(f"http://127.0.0.1:{port}/metrics"), 60)
+            assert _get(f"http://127.0.0.1:{port}/readyz") == "ready\n"
+            assert wait_until(lambda: query(prom, "perfsift_reduced") == want, 20)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            _, err = proc.communicate(timeout=15)
     assert proc.returncode == 0, err.decode()[-2000:]
 
 
