@@ -41,7 +41,7 @@ def node_of(path: Path) -> str:
     ['node-1', 'node-1', 'node1']
     """
     stem = path.name.split(".prom")[0] if ".prom" in path.name else path.stem
-    return re.sub(r"([-_.](\d+|\d{8}T\d{4,6}Z?))+$", "", stem) or stem
+    return re.sub(r"[-_.](\d{8}T\d{4,6}Z?|\d+)$", "", stem) or stem  # one counter or time: node-1.003 is node-1
 
 
 def _has_timestamps(scrape: str) -> bool:
