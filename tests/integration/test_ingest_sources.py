@@ -116,8 +116,9 @@ def test_the_live_node_exporter_scraped_into_perf_raw(kafka: dict, prefix: str, 
     cfg = load_pipeline(ingest_pipeline(tmp_path, prefix, 0.3, ["prometheus_text"]))
     create_pipeline_topics(cfg, kafka)
     port = free_port()
-    proc = subprocess.Popen([exporter_bin, f"--web.listen-address=127.0.0.1:{port}"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    proc = subprocess.Popen(
+        [exporter_bin, f"--web.listen-address=127.0.0.1:{port}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     try:
         assert wait_until(lambda: _up(f"http://127.0.0.1:{port}/metrics"), 20)
         args = ["scrape", f"live=127.0.0.1:{port}", "--samples", "--topic", cfg.topic("perf.raw"),
@@ -346,8 +347,9 @@ LoadPlugin write_kafka
 </Plugin>
 """)
     env = {"PATH": "/usr/bin:/bin:/usr/sbin", "LD_LIBRARY_PATH": str(client_library_dir(tmp_path / "lib"))}
-    proc = subprocess.Popen([collectd, "-C", str(conf), "-f"], env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)  # fmt: skip
+    proc = subprocess.Popen(
+        [collectd, "-C", str(conf), "-f"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     try:
         raw = read_topic(kafka, cfg.topic("perf.raw"), lambda r: len(r) >= 4, timeout=90)
     finally:

@@ -44,7 +44,7 @@ SUB_ORDER: dict[str, list[set[str]]] = {
         {"registry", "warm"},  # know every operator
     ],
     "perfsift.formats": [
-        {"settings"},
+        {"settings", "prom_out"},  # prom_out: results out as Prometheus series, imports no sibling
         {"assemble"},
         {"text", "otlp"},
         {"prometheus", "collectd", "influx"},
