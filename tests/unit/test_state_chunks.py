@@ -25,7 +25,8 @@ def _chain_and_rest() -> tuple[Chain, Checkpoints, object]:
     cut = len(batch) // 2
     chain = Chain(stage, "json", "columns")
     chain.process(batch.take(np.arange(cut)))
-    return chain, Checkpoints({}, "g", "perf.state", 4, "select", chunk_bytes=CHUNK), batch.take(np.arange(cut, len(batch)))
+    cp = Checkpoints({}, "g", "perf.state", 4, "select", chunk_bytes=CHUNK)
+    return chain, cp, batch.take(np.arange(cut, len(batch)))
 
 
 def _by_slot(msgs: list[tuple[bytes, bytes]]) -> dict[tuple[int, int], bytes]:
