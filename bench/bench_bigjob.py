@@ -105,6 +105,7 @@ def full_rings(props: dict[str, str], samples: list[dict[str, Any]]) -> dict[str
     record = cp.record("perf.smoothed.byjob", 0, 12345, chain, chain.fingerprint())
     t1 = time.perf_counter()
     msgs, size = cp.messages("perf.smoothed.byjob", 0, record, 0)
+    assert all(len(value) <= cfg.snapshot_chunk_bytes for _, value in msgs)
     t2 = time.perf_counter()
     producer = Producer({**props, "linger.ms": 5, "message.max.bytes": 16777216, "logger": kafka_logger()})
     for key, value in msgs:
