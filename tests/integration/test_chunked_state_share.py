@@ -9,8 +9,9 @@ import time
 from pathlib import Path
 
 import orjson
-from confluent_kafka import Producer
-from perfsift.streams.clients import create_pipeline_topics
+from confluent_kafka import Consumer, Producer, TopicPartition
+from perfsift.streams.checkpoint import Checkpoints
+from perfsift.streams.clients import consumer_settings, create_pipeline_topics
 from perfsift.streams.config import load_pipeline
 from perfsift.streams.runner import StageRunner, run_in_thread
 from perfsift.streams.state_chunks import is_manifest, manifest_of
@@ -51,17 +52,24 @@ def test_chunked_snapshots_fall_due_at_their_share_and_a_new_worker_restores_fro
     chunked = sum(len(m.value()) for m in state if m.key() is not None and b"/chunk/" in m.key())
     chunked += sum(len(m.value()) for m in state if m.value() is not None and is_manifest(m.value()))
     assert chunked <= SHARE * a.stats.wire_in.payload["perf.smoothed.byjob"]
-    parts_with_manifest = len({m.key() for m in state if m.value() is not None and is_manifest(m.value())})
+    # what a restart starts from: the newest complete snapshot per partition, and the committed ends
+    topic = cfg.topic("perf.smoothed.byjob")
+    cp = Checkpoints(kafka, group, cfg.topic(STATE_TOPIC), cfg.partitions, "select", cfg.snapshot_chunk_bytes)
+    snaps = cp.load(topic, list(range(cfg.partitions)), read_committed=False)
+    assert any("slot" in rec for rec in snaps.values())  # at least one of them joined from chunks
+    reader = Consumer(consumer_settings(kafka, group, "read_uncommitted"))
+    ends = {c.partition: c.offset for c in reader.committed([TopicPartition(topic, p) for p in snaps], 30)}
+    reader.close()
+    to_replay = sum(ends[p] - int(rec["next_offset"]) for p, rec in snaps.items())
+    assert 0 <= to_replay < len(samples)  # from the snapshots, not from the start
     b = StageRunner(cfg.stage("select"), cfg, kafka, embedded=True, group_id=group)
     thread = run_in_thread(b)
     deadline = time.monotonic() + 120
-    while b.stats.restored_partitions < parts_with_manifest and time.monotonic() < deadline:
+    while (b.stats.restored_partitions < len(snaps) or b.stats.replayed < to_replay) and time.monotonic() < deadline:
         time.sleep(0.1)
-    while b.stats.replayed == 0 and time.monotonic() < deadline:  # its replay of what came after the snapshots
-        time.sleep(0.1)
-    time.sleep(1)
+    time.sleep(0.5)
     b.stop()
     thread.join(60)
-    assert b.stats.restored_partitions >= parts_with_manifest
-    assert 0 < b.stats.replayed < len(samples)  # from the chunked snapshots, not from the start
+    assert b.stats.restored_partitions == len(snaps)
+    assert b.stats.replayed == to_replay
     assert b.stats.records_in == 0 and b.stats.records_out == 0  # nothing emitted again
