@@ -8,7 +8,9 @@ the input bytes (:class:`Cadence`). On assignment it reads the latest record of 
 back, restores the chain from it and resumes at that offset; the records from there up to the
 group's committed offset were processed (and their outputs written) before, so the runner replays
 them through the chain for its state without emitting anything. The consumer group owns the
-state, as it owns the offsets: another group starts afresh.
+state, as it owns the offsets: another group starts afresh. A record larger than the chunk size
+(``snapshot_chunk_bytes``) goes out as compressed chunks and a manifest
+(:mod:`~perfsift.streams.state_chunks`), so a 10,000-node job's state checkpoints too.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from perfsift.streams.clients import consumer_settings, where
 from perfsift.streams.limits import Guard
 from perfsift.streams.logs import kafka_logger
 from perfsift.streams.stage import Chain, StageError
+from perfsift.streams.state_chunks import DEFAULT_CHUNK_BYTES, is_manifest, join, manifest_of, split, split_chunk_key
 
 log = logging.getLogger("perfsift.runner")
 _STATE_MAGIC = b"PSS\x01"
@@ -87,18 +90,34 @@ class Partition:
     dirty: bool = False
     #: records below this offset were processed before a restart: replayed without emitting
     replay_until: int = -1
+    #: the chunk slot (0 or 1) the next chunked snapshot writes: not the one the last manifest names
+    slot: int = 0
+
+    def wrote(self, size: int, chunked: bool) -> None:
+        """A snapshot of ``size`` bytes went out; a chunked one used up its slot."""
+        self.cadence.wrote(size)
+        self.slot ^= chunked
 
 
 class Checkpoints:
     """The snapshots of one stage's consumer group on ``topic`` (the state topic, with prefix),
-    which has ``partitions`` partitions."""
+    which has ``partitions`` partitions; a record over ``chunk_bytes`` goes out in chunks."""
 
-    def __init__(self, kafka: dict[str, str], group_id: str, topic: str, partitions: int, stage: str) -> None:
+    def __init__(
+        self,
+        kafka: dict[str, str],
+        group_id: str,
+        topic: str,
+        partitions: int,
+        stage: str,
+        chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    ) -> None:
         self.kafka = kafka
         self.group_id = group_id
         self.topic = topic
         self.partitions = partitions
         self.stage = stage
+        self.chunk_bytes = chunk_bytes
 
     def key(self, topic: str, partition: int) -> bytes:
         return f"{self.group_id}/{topic}/{partition}".encode()
@@ -130,6 +149,12 @@ class Checkpoints:
             snap = op.snapshot()
             parts += [_LEN.pack(len(snap)), snap]
         return b"".join(parts)
+
+    def messages(self, topic: str, partition: int, record: bytes, slot: int) -> tuple[list[tuple[bytes, bytes]], int]:
+        """The ``(key, value)`` messages that write ``record`` (itself, or its chunks in ``slot``
+        and a manifest: :func:`~perfsift.streams.state_chunks.split`) and their bytes in all."""
+        msgs = split(self.key(topic, partition), record, slot, self.chunk_bytes)
+        return msgs, sum(len(value) for _, value in msgs)
 
     def header_extra(self, chain: Chain) -> dict[str, Any]:
         """More fields for the record's JSON header (a subclass's state beside the operators')."""
@@ -174,6 +199,7 @@ class Checkpoints:
             if snap is not None and offset is not None:
                 tp.offset = part.next_offset = offset
                 part.cadence.size = int(snap.get("size", 0))
+                part.slot = 1 - int(snap.get("slot", 1))  # the slot its manifest does not name
                 restored[tp.partition] = (offset, offset)
         if restored:
             topic = partitions[0].topic
@@ -210,7 +236,8 @@ class Checkpoints:
             raise StageError(f"stage {self.stage}: cannot write to the state topic {self.topic}")
         isolation = "read_committed" if read_committed else "read_uncommitted"
         reader = Consumer(consumer_settings(self.kafka, f"{self.group_id}.restore", isolation))
-        found: dict[int, dict[str, Any]] = {}
+        keyed: dict[int, list[bytes]] = {}  # the last two values at each partition's key
+        chunks: dict[int, dict[tuple[int, int], bytes]] = {}  # the latest chunk values by (slot, index)
         try:
             reader.assign([TopicPartition(self.topic, sp, OFFSET_BEGINNING) for sp in state_parts])
             pending = dict(ends)
@@ -220,16 +247,50 @@ class Checkpoints:
                     if m.error() is not None:
                         continue
                     _, sp, offset = where(m)
-                    p = wanted.get(m.key() or b"")
+                    key, value = m.key() or b"", m.value()
+                    p = wanted.get(key)
                     if p is not None:
-                        rec = parse_record(m.value() or b"null")
-                        if isinstance(rec, dict):
-                            rec["size"] = len(m.value() or b"")
-                        found[p] = rec
+                        seen = keyed.setdefault(p, [])
+                        seen.append(value or b"null")
+                        del seen[:-2]
+                    elif b"/chunk/" in key and (ck := split_chunk_key(key)) is not None and ck[0] in wanted:
+                        mine = chunks.setdefault(wanted[ck[0]], {})
+                        if value is None:  # a tombstone
+                            mine.pop(ck[1:], None)
+                        else:
+                            mine[ck[1:]] = value
                     if offset >= pending.get(sp, 1 << 62):
                         pending.pop(sp, None)
             if pending:
                 raise StageError(f"stage {self.stage}: timed out reading the state topic {self.topic}")
         finally:
             reader.close()
+        found: dict[int, dict[str, Any]] = {}
+        for p, values in keyed.items():
+            rec = self._resolve(values, chunks.get(p, {}), f"{topic}:{p}")
+            if rec is not None:
+                found[p] = rec
         return found
+
+    def _resolve(self, values: list[bytes], chunks: dict[tuple[int, int], bytes], where_: str) -> dict[str, Any] | None:
+        """The newest complete snapshot among the last ``values`` at a partition's key (a record,
+        or a manifest whose ``chunks`` add up), with its ``size`` in bytes and chunk ``slot``."""
+        for value in reversed(values):
+            if not is_manifest(value):
+                rec = parse_record(value)
+                if isinstance(rec, dict):
+                    rec["size"] = len(value)
+                    return rec
+                return None  # a tombstone: no state
+            man = manifest_of(value)
+            record = join(man, chunks)
+            if record is None:
+                log.warning("stage %s: the chunked snapshot %s of %s is incomplete; trying an older one",
+                            self.stage, man.get("id"), where_)  # fmt: skip
+                continue
+            rec = parse_record(record)
+            slot = int(man["slot"])
+            rec["size"] = len(value) + sum(len(chunks[(slot, i)]) for i in range(int(man["chunks"])))
+            rec["slot"] = slot
+            return rec
+        return None

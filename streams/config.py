@@ -125,6 +125,9 @@ class PipelineConfig:
     #: this; a restart replays the input since the snapshot without emitting (``.inf``: a snapshot
     #: at every commit)
     snapshot_share: float = 0.02
+    #: the largest state message: a snapshot larger than this goes out as zstd-compressed chunks of
+    #: at most this many bytes and a manifest (:mod:`~perfsift.streams.state_chunks`)
+    snapshot_chunk_bytes: int = 524_288
     #: topic that gets perf.reduced, perf.forecast, perf.contract and perf.prediction again as OTLP
     #: protobuf metrics ("" = none; ``true`` in the file means :data:`OTLP_TOPIC`)
     otlp_out: str = ""
@@ -215,8 +218,13 @@ _SCALARS: dict[str, type] = {
     "commit_interval_s": float,
     "snapshots": bool,
     "snapshot_share": float,
+    "snapshot_chunk_bytes": int,
     "otlp_out": str,
 }
+
+
+#: YAML 1.1's infinities and NaN, as a pipeline file writes them, for values given as text
+_YAML_FLOATS = {".inf": "inf", "+.inf": "inf", "-.inf": "-inf", ".nan": "nan"}
 
 
 def _coerce(source: str, key: str, value: object) -> Any:
@@ -227,6 +235,8 @@ def _coerce(source: str, key: str, value: object) -> Any:
             if low not in ("1", "0", "true", "false", "yes", "no"):
                 raise ValueError(value)
             return low in ("1", "true", "yes")
+        if typ is float and isinstance(value, str):  # YAML's spellings too: --set snapshot_share=.inf
+            value = _YAML_FLOATS.get(value.strip().lower(), value)
         return typ(value)
     except (TypeError, ValueError):
         raise _err(source, key, f"expected {typ.__name__}, got {value!r}") from None
@@ -359,6 +369,8 @@ def load_pipeline(
     if not cfg.snapshot_share > 0:  # NaN too
         raise ConfigError(f"{source}: snapshot_share must be > 0 (.inf: a snapshot at every commit), "
                           f"got {cfg.snapshot_share!r}")  # fmt: skip
+    if cfg.snapshot_chunk_bytes < 1024:
+        raise ConfigError(f"{source}: snapshot_chunk_bytes must be >= 1024, got {cfg.snapshot_chunk_bytes}")
     return cfg
 
 

@@ -52,7 +52,7 @@ class IngestCheckpoints(Checkpoints):
     """Snapshots that also carry the partition's assembler (pending samples, counters)."""
 
     def __init__(self, base: Checkpoints, settings: IngestSettings) -> None:
-        super().__init__(base.kafka, base.group_id, base.topic, base.partitions, base.stage)
+        super().__init__(base.kafka, base.group_id, base.topic, base.partitions, base.stage, base.chunk_bytes)
         self.settings = settings
 
     def header_extra(self, chain: Chain) -> dict[str, Any]:

@@ -7,12 +7,14 @@ others go on. Set in the pipeline file's ``limits:`` section.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 
 import numpy as np
 from perfsift.operators import Batch
 
+log = logging.getLogger("perfsift.runner")
 #: the dead-letter reasons of the limits (a bounded label set)
 LIMIT_REASONS = ("record_too_large", "name_too_long", "too_many_metrics", "too_many_nodes", "too_many_jobs")
 
@@ -53,6 +55,8 @@ class Guard:
     limits: Limits
     #: node names seen per job (bounded by the limits themselves)
     nodes: dict[str, set[str]] = field(default_factory=dict)
+    #: (job, reason) pairs already announced in a log line
+    told: set[tuple[str, str]] = field(default_factory=set)
 
     def oversized(self, values: list[bytes | None]) -> list[int]:
         """Positions of the records larger than ``max_record_bytes``."""
@@ -110,6 +114,7 @@ class Guard:
                 refused[int(r)] = refused_pairs[int(pair[r])]
         if not refused and not long_metrics.any():
             return batch, []
+        self._tell(batch, refused)
         keep = np.ones(len(batch), dtype=bool)
         keep[list(refused)] = False
         kept = batch.take(np.flatnonzero(keep))
@@ -119,6 +124,34 @@ class Guard:
             cols = np.flatnonzero(~drop)
             kept = kept.with_values(kept.values[:, cols], [batch.metrics[c] for c in cols])
         return _compact(kept), [(r, reason, detail) for r, (reason, detail) in sorted(refused.items())]
+
+    def _tell(self, batch: Batch, refused: dict[int, tuple[str, str]]) -> None:
+        """Say once per job and reason, in one line naming the limit, that it refuses the job's
+        records: a job over a limit is told at its first refused record, not only counted."""
+        for r, (reason, detail) in refused.items():
+            job = batch.jobs[batch.job_idx[r]][:64]
+            if (job, reason) in self.told or len(self.told) >= 4 * self.limits.max_jobs:
+                continue
+            self.told.add((job, reason))
+            name = _LIMIT_OF[reason]
+            log.warning(
+                "limits.%s = %d refuses records of job %r (%s): dead-lettered as %s; raise it under limits:",
+                name,
+                getattr(self.limits, name),
+                job,
+                detail,
+                reason,
+                extra={"job": job, "reason": reason, "limit": name},
+            )
+
+
+#: the limit behind each reason of the guard
+_LIMIT_OF = {
+    "name_too_long": "max_name_length",
+    "too_many_metrics": "max_metrics_per_sample",
+    "too_many_nodes": "max_nodes_per_job",
+    "too_many_jobs": "max_jobs",
+}
 
 
 def _compact(batch: Batch) -> Batch:

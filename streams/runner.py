@@ -93,8 +93,8 @@ class StageRunner:
         self._last_commit = time.monotonic()
         self._in_topic = pipeline.topic(stage.input)
         self._dlq_topic = pipeline.topic(DEADLETTER_TOPIC)
-        state_topic = pipeline.topic(STATE_TOPIC)
-        self._checkpoints = Checkpoints(kafka, self.group_id, state_topic, pipeline.partitions, stage.name)
+        state = pipeline.topic(STATE_TOPIC), pipeline.partitions, stage.name, pipeline.snapshot_chunk_bytes
+        self._checkpoints = Checkpoints(kafka, self.group_id, *state)
         self._template = Chain(stage, pipeline.encoding, pipeline.framing)
         self._outputs = StageOutputs(pipeline, stage)  # registry subjects, OTLP out
         self._fingerprint = self._template.fingerprint()  # the template also serves the warm-up
@@ -395,12 +395,13 @@ class StageRunner:
         """Write ``part``'s chain as the state before ``next_offset`` (sent with the next commit)
         if ``fresh`` (always) or its size fits the partition's share of the input; else remember the size."""
         cp, (t, p) = self._checkpoints, tp
-        record = cp.record(t, p, next_offset, part.chain, self._fingerprint, fresh)
-        if fresh or part.cadence.fits(len(record)):
-            self._produce(cp.topic, self.stats.count_state(record), cp.key(t, p), partition=cp.partition(p))
-            part.cadence.wrote(len(record))
+        msgs, size = cp.messages(t, p, cp.record(t, p, next_offset, part.chain, self._fingerprint, fresh), part.slot)
+        if fresh or part.cadence.fits(size):
+            for key, value in msgs:
+                self._produce(cp.topic, self.stats.count_state(value), key, partition=cp.partition(p))
+            part.wrote(size, chunked=len(msgs) > 1)
         else:
-            part.cadence.size = len(record)
+            part.cadence.size = size
 
     def _flush_outputs(self) -> None:
         assert self._producer is not None

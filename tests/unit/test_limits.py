@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import numpy as np
@@ -55,3 +56,17 @@ def test_guard_passes_a_batch_within_the_limits_as_it_is() -> None:
     kept, refused = Guard(Limits()).check(b)
     assert kept is b and refused == []
     assert Guard(Limits(max_record_bytes=3)).oversized([b"abc", b"abcd", None]) == [1]
+
+
+def test_a_job_over_a_limit_is_told_once_in_one_line_naming_the_limit(caplog: pytest.LogCaptureFixture) -> None:
+    guard = Guard(Limits(max_nodes_per_job=2))
+    nodes = [f"n{i}" for i in range(5)]
+    batch = Batch.from_columns(ts=[0] * 5, nodes=nodes, metrics=["cpu"], values=[[1]] * 5, jobs=["big"] * 5)
+    with caplog.at_level(logging.WARNING, logger="perfsift.runner"):
+        for _ in range(3):
+            _, refused = guard.check(batch)
+            assert len(refused) == 3
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1
+    assert lines[0].startswith("limits.max_nodes_per_job = 2 refuses records of job 'big'")
+    assert "\n" not in lines[0]
