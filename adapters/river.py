@@ -82,7 +82,7 @@ class CleanDetector(base.AnomalyDetector):
     def __init__(self, params: dict[str, Any] | None = None, node: str = "river") -> None:
         self.params = params
         self.node = node
-        self._op = Clean(**(params or {}))
+        self._op: Operator = Clean(**(params or {}))
         self._t = 0
         self._pending: tuple[dict[str, Any], Operator, Batch] | None = None
         self.cleaned: dict[str, float | None] = {}
@@ -92,10 +92,11 @@ class CleanDetector(base.AnomalyDetector):
             return self._pending[1], self._pending[2]
         op = copy.deepcopy(self._op)
         out = op.update(row_batch(x, float(self._t), self.node))
+        assert isinstance(out, Batch)  # clean is a transformer
         self._pending = (dict(x), op, out)
         return op, out
 
-    def score_one(self, x: dict[str, Any]) -> float:
+    def score_one(self, x: dict[Any, Any]) -> float:
         if not x:
             return 0.0
         _, out = self._run(x)
@@ -103,7 +104,7 @@ class CleanDetector(base.AnomalyDetector):
         outliers = {f["metric"] for f in flags if f["rule"] not in _NOT_OUTLIERS}
         return len(outliers) / len(x)
 
-    def learn_one(self, x: dict[str, Any]) -> None:
+    def learn_one(self, x: dict[Any, Any]) -> None:
         if not x:
             return
         self._op, out = self._run(x)
@@ -131,7 +132,7 @@ class _SeriesForecaster(Forecaster):
     def learn_one(self, y: float, x: dict | None = None) -> None:
         out = self._op.update(row_batch({self._metric: y}, float(self._t)))
         self._t += 1
-        value = self._value(out)
+        value = self._value(out)  # type: ignore[arg-type]
         if value == value:
             self._last = value
 
@@ -249,7 +250,7 @@ class SelectionTransformer(base.Transformer):
                 return list(rec["selected"])
         return None
 
-    def learn_one(self, x: dict[str, dict[str, Any]]) -> None:
+    def learn_one(self, x: dict[Any, Any]) -> None:
         if not x:
             return
         metrics = sorted({m for row in x.values() for m in row})
@@ -260,7 +261,7 @@ class SelectionTransformer(base.Transformer):
         self.selections.extend(self._op.update(batch))  # type: ignore[arg-type]
         self._t += 1
 
-    def transform_one(self, x: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    def transform_one(self, x: dict[Any, Any]) -> dict[Any, Any]:
         keep = self.selected
         if keep is None:
             return {n: dict(row) for n, row in x.items()}

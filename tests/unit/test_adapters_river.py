@@ -31,7 +31,7 @@ ESTIMATORS = [CleanDetector(), SlidingMeanForecaster(), NWSForecaster(), Selecti
 def general_checks(model: object) -> list:
     """river's checks that need no downloaded data set (those come first in ``yield_checks``; the
     data-set ones need scikit-learn and river's downloads, which this machine does not have)."""
-    out = []
+    out: list = []
     gen = river_checks.yield_checks(model)
     while True:
         try:
@@ -159,7 +159,7 @@ def steps(n: int = 300, nodes: int = 6, seed: int = 4) -> list[dict[str, dict[st
 
 def test_pursuit_transformer_gives_the_batch_operators_selections() -> None:
     data = steps()
-    params = {"period": 50.0, "seed": 3}
+    params: dict = {"period": 50.0, "seed": 3}
     model = compose.Pipeline(SelectionTransformer(params=params))
     reduced = []
     for x in data:
