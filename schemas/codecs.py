@@ -41,9 +41,12 @@ class JsonCodec:
 
 def single_object_header(parsed: Any) -> bytes:
     """Avro single-object encoding's 10-byte header of a parsed schema: the marker ``C3 01`` and
-    the schema's CRC-64-AVRO fingerprint, little-endian."""
+    the schema's CRC-64-AVRO fingerprint, little-endian. fastavro's hex string already lists the
+    bytes little-endian (``"null"`` gives ``8a8f25cce724dd63`` for 0x63dd24e7cc258f8a), so it is
+    taken as it is; reversing it (as before #30) wrote a big-endian fingerprint that Apache Avro's
+    readers do not recognise (tests/unit/test_avro_referee.py)."""
     fp = fastavro.schema.fingerprint(fastavro.schema.to_parsing_canonical_form(parsed), "CRC-64-AVRO")
-    return _AVRO_MARKER + bytes.fromhex(fp)[::-1]
+    return _AVRO_MARKER + bytes.fromhex(fp)
 
 
 class AvroCodec:

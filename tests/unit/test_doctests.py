@@ -22,7 +22,7 @@ EXEMPT: dict[str, str] = {
 
 def all_modules() -> list[str]:
     names = []
-    layers = ("models", "operators", "schemas", "formats", "streams", "producers", "analysis", "cli")
+    layers = ("models", "operators", "schemas", "formats", "streams", "producers", "analysis", "adapters", "cli")
     for pkg in (f"perfsift.{layer}" for layer in layers):
         mod = importlib.import_module(pkg)
         names += [m.name for m in pkgutil.walk_packages(mod.__path__, pkg + ".")]  # sub-packages too

@@ -26,6 +26,7 @@ ORDER = [
     "perfsift.streams",
     "perfsift.producers",
     "perfsift.analysis",
+    "perfsift.adapters",
     "perfsift.cli",
 ]
 #: what each layer may import from perfsift (besides itself and the root package ``perfsift``): the layers below it

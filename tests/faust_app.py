@@ -1,0 +1,30 @@
+"""The faust app tests/integration/test_adapters_faust.py runs as a worker (and docs/faust.md shows):
+perfsift's sliding mean in a faust agent, its state in a faust Table, on the embedded broker.
+
+Settings come from the environment: PERFSIFT_FAUST_BROKER (host:port), PERFSIFT_FAUST_IN and
+PERFSIFT_FAUST_OUT (topics), PERFSIFT_FAUST_APP (the app id, also the consumer group)."""
+
+from __future__ import annotations
+
+import os
+
+import faust
+from perfsift.adapters.faust_agent import OperatorAgent
+
+app = faust.App(
+    os.environ.get("PERFSIFT_FAUST_APP", "perfsift-faust"),
+    broker=f"kafka://{os.environ.get('PERFSIFT_FAUST_BROKER', '127.0.0.1:9092')}",
+    store="memory://",
+    topic_partitions=1,
+    web_enabled=False,
+)
+samples = app.topic(os.environ.get("PERFSIFT_FAUST_IN", "perf.raw"), value_serializer="json")
+out = app.topic(os.environ.get("PERFSIFT_FAUST_OUT", "perf.smoothed"), value_serializer="json")
+state = app.Table("perfsift-state", default=None, partitions=1)
+
+
+@app.agent(samples)
+async def smooth(stream):  # type: ignore[no-untyped-def]
+    adapter = OperatorAgent("sliding_mean", {"window": 5}, state=state, name="smooth", batch_size=200, within=0.5)
+    async for _kind, record in adapter.process(stream):
+        await out.send(key=record["node"], value=record)
