@@ -66,6 +66,14 @@ def class_trace(
     seed: int, nodes: int = 16, duration: int = 300, metrics: int | None = None, planted: int | None = None
 ) -> tuple[Batch, Truth]:
     """One random job of the class (module docstring): a batch of ``duration`` seconds and its truth."""
+    cube, names, truth = class_cube(seed, nodes, duration, metrics, planted)
+    return _batch(cube, names, T0), truth
+
+
+def class_cube(
+    seed: int, nodes: int = 16, duration: int = 300, metrics: int | None = None, planted: int | None = None
+) -> tuple[np.ndarray, list[str], Truth]:
+    """:func:`class_trace` as (values: seconds × nodes × metrics, metric names, truth)."""
     rng = np.random.default_rng([seed, nodes, 32])
     kinds = _layout(rng, metrics, planted)
     t = np.arange(duration, dtype=np.float64)[:, None]
@@ -115,7 +123,7 @@ def class_trace(
         truth.kinds[name] = kind
         if kind in PLANTED:
             truth.planted.add(name)
-    return _batch(out, [f"m{j:02d}" for j in range(len(kinds))], T0), truth
+    return out, [f"m{j:02d}" for j in range(len(kinds))], truth
 
 
 def _ar1(rng: np.random.Generator, shape: tuple[int, int], rho: float) -> np.ndarray:
@@ -130,6 +138,12 @@ def _ar1(rng: np.random.Generator, shape: tuple[int, int], rho: float) -> np.nda
 
 def heldout_trace(seed: int, nodes: int = 16, duration: int = 300) -> tuple[Batch, Truth]:
     """The held-out class (module docstring): same kinds, other shapes and noise; never tuned on."""
+    cube, names, truth = heldout_cube(seed, nodes, duration)
+    return _batch(cube, names, T0), truth
+
+
+def heldout_cube(seed: int, nodes: int = 16, duration: int = 300) -> tuple[np.ndarray, list[str], Truth]:
+    """:func:`heldout_trace` as (values: seconds × nodes × metrics, metric names, truth)."""
     rng = np.random.default_rng([seed, nodes, 1032])
     kinds = _layout(rng, None, None)
     t = np.arange(duration, dtype=np.float64)[:, None]
@@ -181,4 +195,4 @@ def heldout_trace(seed: int, nodes: int = 16, duration: int = 300) -> tuple[Batc
         truth.kinds[name] = kind
         if kind in PLANTED:
             truth.planted.add(name)
-    return _batch(out, [f"h{j:02d}" for j in range(len(kinds))], T0), truth
+    return out, [f"h{j:02d}" for j in range(len(kinds))], truth

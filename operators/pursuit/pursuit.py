@@ -17,7 +17,7 @@ from perfsift.operators.pursuit import projection as pp
 from perfsift.operators.pursuit.deviants import node_deviants
 from perfsift.operators.pursuit.evidence import holm, metric_pvalues
 from perfsift.operators.pursuit.projection import PursuitResult, flat_diagnostics, projection_pursuit
-from perfsift.operators.pursuit.rows import JobState, RowConfig, stacked_rows
+from perfsift.operators.pursuit.rows import EVIDENCE_GAP, JobState, RowConfig, stacked_rows
 
 
 
@@ -78,7 +78,7 @@ class ProjectionPursuit(Decider):
         selects nothing and says why (``reason``, ``p_value``). ``selected`` holds 0 to
         ``dims · rounds`` metrics.
     evidence_snapshots : int
-        Snapshots (``window`` samples apart, the newest in the period) per node that the evidence
+        Snapshots (two windows apart, the newest in the period) per node that the evidence
         tests; more gives power to rare bursts, fewer reacts sooner (docs/pursuit.md).
     """
 
@@ -162,8 +162,8 @@ class ProjectionPursuit(Decider):
     @property
     def capacity(self) -> int:
         """Rows kept per node: enough for h_max (and evidence_snapshots) snapshots w samples apart."""
-        h = max(self.h_max, self.evidence_snapshots)
-        return (h - 1) * self.window + 1 + self.slack
+        rows = max((self.h_max - 1) * self.window, (self.evidence_snapshots - 1) * EVIDENCE_GAP * self.window)
+        return rows + 1 + self.slack
 
     # -- streaming -------------------------------------------------------------------------------
     def update(self, batch: Batch) -> list[dict[str, Any]]:

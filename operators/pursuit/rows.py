@@ -17,6 +17,9 @@ import numpy as np
 from perfsift.operators.pursuit.projection import across_processors
 
 
+EVIDENCE_GAP = 2  # the evidence's snapshots lie this many windows apart
+
+
 @dataclass(frozen=True)
 class RowConfig:
     """The operator's parameters that shape the rows."""
@@ -75,14 +78,17 @@ def evidence_block(
     st: JobState, live: np.ndarray, newest: np.ndarray, oldest: np.ndarray, cfg: RowConfig
 ) -> np.ndarray:
     """The raw snapshots for the evidence: nodes × snapshots × metrics (ring order of metrics),
-    snapshots ``window`` samples apart (also in ``row_mode="processors"``), as many as the median
-    node has (at most ``evidence_snapshots``); nodes with fewer are left out of it."""
+    snapshots ``EVIDENCE_GAP · window`` samples apart (also in ``row_mode="processors"``), as many
+    as the median node has (at most ``evidence_snapshots``); nodes with fewer are left out of it.
+    Two windows apart, not one: noise with a memory of a few samples (AR(1)) would otherwise make
+    adjacent window means of a node alike, which the evidence would take for a difference."""
     cap = st.ring.shape[1]
-    avail = np.minimum((newest - oldest) // cfg.window + 1, cfg.evidence_snapshots)
+    step = EVIDENCE_GAP * cfg.window
+    avail = np.minimum((newest - oldest) // step + 1, cfg.evidence_snapshots)
     h = int(np.median(avail))
     keep = avail >= h
     k, i = live[keep], newest[keep]
-    pos = (i[:, None] - cfg.window * np.arange(h)[None, :]) % cap
+    pos = (i[:, None] - step * np.arange(h)[None, :]) % cap
     return st.ring[k[:, None], pos]
 
 
