@@ -149,16 +149,16 @@ def heldout_cube(seed: int, nodes: int = 16, duration: int = 300) -> tuple[np.nd
     t = np.arange(duration, dtype=np.float64)[:, None]
     node_names = [f"n{p:03d}" for p in range(nodes)]
     shape = (duration, nodes)
-    diurnal = 1 + 0.4 * np.sin(2 * np.pi * (t + rng.uniform(0, 86400)) / 86400 * 200) + 0.1 * np.sin(
-        2 * np.pi * t / 37
-    )
+    diurnal = 1 + 0.4 * np.sin(2 * np.pi * (t + rng.uniform(0, 86400)) / 86400 * 200) + 0.1 * np.sin(2 * np.pi * t / 37)
     out = np.empty((duration, nodes, len(kinds)))
     truth = Truth({}, set())
     for j, kind in enumerate(kinds):
         name = f"h{j:02d}"
         level = 10.0 ** rng.uniform(-1, 5)
-        noise = level * rng.uniform(0.01, 0.05) * (
-            _ar1(rng, shape, rng.uniform(0.2, 0.6)) if rng.random() < 0.5 else rng.standard_t(4, shape) / np.sqrt(2)
+        noise = (
+            level
+            * rng.uniform(0.01, 0.05)
+            * (_ar1(rng, shape, rng.uniform(0.2, 0.6)) if rng.random() < 0.5 else rng.standard_t(4, shape) / np.sqrt(2))
         )
         if kind == "bursty":  # Pareto bursts on one node
             q = int(rng.integers(nodes))

@@ -20,7 +20,6 @@ from perfsift.operators.pursuit.projection import PursuitResult, flat_diagnostic
 from perfsift.operators.pursuit.rows import EVIDENCE_GAP, JobState, RowConfig, stacked_rows
 
 
-
 class ProjectionPursuit(Decider):
     """Dynamic projection pursuit per job and update period (METHODS.md §1; Vetter & Reed, SC'99).
 
@@ -299,7 +298,12 @@ class ProjectionPursuit(Decider):
     def _analyse(self, job: str, st: JobState, period: int) -> dict[str, Any]:
         start, end = period * self.period, (period + 1) * self.period
         cfg = RowConfig(
-            self.window, self.row_mode, self.h_max, self.snapshot_norm, self.target_rows_per_dim, self.evidence_snapshots
+            self.window,
+            self.row_mode,
+            self.h_max,
+            self.snapshot_norm,
+            self.target_rows_per_dim,
+            self.evidence_snapshots,
         )
         x, names, info, block = stacked_rows(st, start, end, cfg)
         info["late_rows"] = st.late

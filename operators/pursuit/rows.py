@@ -16,7 +16,6 @@ from typing import Any
 import numpy as np
 from perfsift.operators.pursuit.projection import across_processors
 
-
 EVIDENCE_GAP = 2  # the evidence's snapshots lie this many windows apart
 
 
@@ -161,8 +160,7 @@ def stacked_rows(
         x, st.row_id = probe[upto], st.row_id[upto]
     info["snapshots"] = h
     v = v[:, :, order]
+    x = x[:, order]
     if cfg.snapshot_norm == "noise":  # centred per snapshot above; now in units of each metric's noise
-        x = x[:, order] / noise_scale(v)
-    else:
-        x = x[:, order]
+        x = x / noise_scale(v)
     return x, names, info, v

@@ -6,16 +6,18 @@ say why they keep nothing; the bundled demo keeps its three planted metrics."""
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pytest
 from perfsift.analysis.selection_eval import pursuit_records
+from perfsift.cli.ui import read_trace
 from perfsift.operators import ProjectionPursuit
 from perfsift.operators.pursuit.evidence import holm, metric_pvalues
-from perfsift.producers.classgen import class_cube, class_trace, heldout_cube
+from perfsift.producers.classgen import Truth, class_cube, class_trace, heldout_cube
 from perfsift.producers.demo import demo_trace_path
 from perfsift.schemas import AvroCodec
-from perfsift.cli.ui import read_trace
 
 WINDOW, PERIOD, SNAPSHOTS, GAP, ALPHA, K = 5, 30, 20, 2, 0.01, 3
 DURATION = 240  # 8 periods of 30 s
@@ -39,7 +41,7 @@ def kept_per_period(cube: np.ndarray) -> list[set[int]]:
     return out
 
 
-def score(make, nodes: int, **kw) -> tuple[float, float, int]:
+def score(make: Callable[..., tuple[np.ndarray, list[str], Truth]], nodes: int, **kw: Any) -> tuple[float, float, int]:
     """(precision of all kept metrics, share of periods keeping >= min(2, planted) planted, picks)."""
     picks = hits = good = periods = 0
     for seed in SEEDS:
