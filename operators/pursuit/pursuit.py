@@ -83,7 +83,9 @@ class ProjectionPursuit(Decider):
 
     output = "selection"
 
-    STATE_VERSION = 2  # the state holds raw rows: snapshot_norm changes no state
+    # 3: the ring also holds the evidence's snapshots (two windows apart): its capacity changed, so older
+    # snapshots are refused (the fingerprint changes too: alpha and evidence_snapshots are parameters)
+    STATE_VERSION = 3  # the state holds raw rows: snapshot_norm and alpha change no state
 
     def __init__(
         self,
