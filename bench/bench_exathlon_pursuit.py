@@ -1,5 +1,5 @@
 """Projection pursuit on real data: Exathlon's three undisturbed Spark Streaming runs (4 nodes ×
-55 OS metrics, 5-s buckets; ../shared/data/exathlon or tests/data/exathlon). Per run: how often a
+55 OS metrics, 5-s buckets; tests/data/exathlon = ../shared/data/exathlon). Per run: how often a
 period keeps nothing, what is kept most often, and which node stands apart how often -- is what is
 kept explained by the nodes' roles (one node hosts the driver, the others run executors)?
 Writes ``bench/results/pursuit_exathlon.json``; the numbers are in docs/pursuit.md.
@@ -21,7 +21,7 @@ from perfsift.operators import ProjectionPursuit
 
 from bench.common import ROOT, write_result
 
-DATA = ROOT.parent.parent / "shared" / "data" / "exathlon"
+DATA = ROOT.parent / "tests" / "data" / "exathlon"  # the same files as ../shared/data/exathlon
 RUNS = ("app1_run15.csv", "app1_run17.csv", "app1_run18.csv")
 
 

@@ -83,7 +83,15 @@ def optimisers(nodes: int, metrics: int, which: list[str]) -> dict[str, dict[str
     op.update(batch.take(np.flatnonzero(batch.ts < batch.ts.min() + 300)))
     st = next(iter(op.jobs_.values()))
     start = np.floor(batch.ts.min() / 30) * 30
-    cfg = RowConfig(op.window, op.row_mode, op.h_max, op.snapshot_norm, op.target_rows_per_dim, op.evidence_snapshots)
+    cfg = RowConfig(
+        op.window,
+        op.row_mode,
+        op.h_max,
+        op.snapshot_norm,
+        op.target_rows_per_dim,
+        op.evidence_snapshots,
+        op.evidence_gap,
+    )
     x, names, _, _ = stacked_rows(st, start, start + 300, cfg)
     x = x[:, np.isfinite(x).all(axis=0)]
     names = names[: x.shape[1]]

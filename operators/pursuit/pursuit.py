@@ -17,7 +17,7 @@ from perfsift.operators.pursuit import projection as pp
 from perfsift.operators.pursuit.deviants import node_deviants
 from perfsift.operators.pursuit.evidence import holm, metric_pvalues
 from perfsift.operators.pursuit.projection import PursuitResult, flat_diagnostics, projection_pursuit
-from perfsift.operators.pursuit.rows import EVIDENCE_GAP, JobState, RowConfig, stacked_rows
+from perfsift.operators.pursuit.rows import JobState, RowConfig, stacked_rows
 
 
 class ProjectionPursuit(Decider):
@@ -77,8 +77,12 @@ class ProjectionPursuit(Decider):
         selects nothing and says why (``reason``, ``p_value``). ``selected`` holds 0 to
         ``dims · rounds`` metrics.
     evidence_snapshots : int
-        Snapshots (two windows apart, the newest in the period) per node that the evidence
-        tests; more gives power to rare bursts, fewer reacts sooner (docs/pursuit.md).
+        Snapshots (``evidence_gap`` windows apart, the newest in the period) per node that the
+        evidence tests; more gives power to rare bursts, fewer reacts sooner (docs/pursuit.md).
+    evidence_gap : int
+        Windows between the evidence's snapshots: 2 (default) so that noise with a memory of a few
+        samples does not pass for a difference; 1 where each input row is already the mean of a
+        long window (the pipeline's thinned stream: one 10-sample mean per row).
     """
 
     output = "selection"
@@ -110,6 +114,7 @@ class ProjectionPursuit(Decider):
         z_threshold: float = 3.0,
         alpha: float = 0.01,
         evidence_snapshots: int = 20,
+        evidence_gap: int = 2,
     ) -> None:
         self.period = period
         self.window = window
@@ -132,6 +137,7 @@ class ProjectionPursuit(Decider):
         self.z_threshold = z_threshold
         self.alpha = alpha
         self.evidence_snapshots = evidence_snapshots
+        self.evidence_gap = evidence_gap
 
     # -- parameters and state ------------------------------------------------------------------
     def warm_up(self) -> None:
@@ -144,6 +150,8 @@ class ProjectionPursuit(Decider):
             raise ValueError(f"period must be > 0 seconds, got {self.period}")
         if self.window < 1 or self.h_max < 1 or self.rounds < 1 or self.restarts < 1 or self.evidence_snapshots < 2:
             raise ValueError("window, h_max, rounds and restarts must be >= 1, evidence_snapshots >= 2")
+        if self.evidence_gap < 1:
+            raise ValueError(f"evidence_gap must be >= 1, got {self.evidence_gap}")
         if self.snapshot_norm not in ("noise", "centre", "scale", "none"):
             raise ValueError(f"snapshot_norm must be noise, centre, scale or none, got {self.snapshot_norm!r}")
         if not 0 < self.alpha <= 1:
@@ -163,7 +171,7 @@ class ProjectionPursuit(Decider):
     @property
     def capacity(self) -> int:
         """Rows kept per node: enough for h_max (and evidence_snapshots) snapshots w samples apart."""
-        rows = max((self.h_max - 1) * self.window, (self.evidence_snapshots - 1) * EVIDENCE_GAP * self.window)
+        rows = max((self.h_max - 1) * self.window, (self.evidence_snapshots - 1) * self.evidence_gap * self.window)
         return rows + 1 + self.slack
 
     # -- streaming -------------------------------------------------------------------------------
@@ -306,6 +314,7 @@ class ProjectionPursuit(Decider):
             self.snapshot_norm,
             self.target_rows_per_dim,
             self.evidence_snapshots,
+            self.evidence_gap,
         )
         x, names, info, block = stacked_rows(st, start, end, cfg)
         info["late_rows"] = st.late

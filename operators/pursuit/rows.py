@@ -16,8 +16,6 @@ from typing import Any
 import numpy as np
 from perfsift.operators.pursuit.projection import across_processors
 
-EVIDENCE_GAP = 2  # the evidence's snapshots lie this many windows apart
-
 
 @dataclass(frozen=True)
 class RowConfig:
@@ -29,6 +27,7 @@ class RowConfig:
     snapshot_norm: str
     target_rows_per_dim: int
     evidence_snapshots: int
+    evidence_gap: int
 
 
 class JobState:
@@ -77,12 +76,13 @@ def evidence_block(
     st: JobState, live: np.ndarray, newest: np.ndarray, oldest: np.ndarray, cfg: RowConfig
 ) -> np.ndarray:
     """The raw snapshots for the evidence: nodes × snapshots × metrics (ring order of metrics),
-    snapshots ``EVIDENCE_GAP · window`` samples apart (also in ``row_mode="processors"``), as many
+    snapshots ``evidence_gap · window`` samples apart (also in ``row_mode="processors"``), as many
     as the median node has (at most ``evidence_snapshots``); nodes with fewer are left out of it.
-    Two windows apart, not one: noise with a memory of a few samples (AR(1)) would otherwise make
-    adjacent window means of a node alike, which the evidence would take for a difference."""
+    Two windows apart by default, not one: noise with a memory of a few samples (AR(1)) would
+    otherwise make adjacent window means of a node alike, which the evidence would take for a
+    difference."""
     cap = st.ring.shape[1]
-    step = EVIDENCE_GAP * cfg.window
+    step = cfg.evidence_gap * cfg.window
     avail = np.minimum((newest - oldest) // step + 1, cfg.evidence_snapshots)
     h = int(np.median(avail))
     keep = avail >= h
