@@ -5,12 +5,18 @@ say why they keep nothing; the bundled demo keeps its three planted metrics."""
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+import orjson
 import pytest
+from perfsift.analysis.explain import explain
+from perfsift.analysis.findings import load_folder
+from perfsift.analysis.report import kept_section
 from perfsift.analysis.selection_eval import pursuit_records
 from perfsift.cli.ui import read_trace
 from perfsift.operators import ProjectionPursuit
@@ -125,3 +131,20 @@ def test_the_demo_keeps_its_planted_metrics() -> None:
     truth = picks["bwrite"] + picks["pkts_in"] + picks["pkts_out"]
     assert truth >= 0.9 * sum(picks.values()), picks
     assert min(picks["bwrite"], picks["pkts_in"], picks["pkts_out"]) >= 5, picks
+
+
+def test_explain_and_report_say_why_nothing_was_kept(tmp_path: Path) -> None:
+    calm, _ = class_trace(1, nodes=8, duration=150, planted=0)
+    busy, _ = class_trace(2, nodes=16, duration=150)
+    recs = []
+    for job, batch in (("calm", calm), ("busy", busy)):
+        for r in pursuit_records(batch, ProjectionPursuit(period=PERIOD, window=WINDOW), WINDOW):
+            recs.append({**r, "job": job})
+    (tmp_path / "selection.jsonl").write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in recs))
+    text = "\n".join(explain(tmp_path))
+    assert "calm +0 s..+30 s: kept nothing (beyond the metrics always kept): no metric differs" in text
+    kept = next(r for r in recs if r["selected"])
+    assert re.search(rf"kept {re.escape(', '.join(kept['selected']))}: .* p=\S+.*; period p = ", text)
+    assert re.search(r"kept nothing in \d+ of \d+ periods", text)
+    section = kept_section(load_folder(tmp_path))
+    assert isinstance(section, tuple) and "Nothing was kept in" in section[1] and "(nothing)" in section[1]
