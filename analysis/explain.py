@@ -68,11 +68,17 @@ def _kept(f: Folder, pursuit: list[dict[str, Any]], t0: float, in_scope: Any) ->
         if r.get("skipped"):
             lines.append(f"{r['job']} {span}: kept {', '.join(r['selected']) or 'everything'} ({r['skipped']})")
             continue
+        if not r["selected"] and r.get("reason"):  # evidence: nothing differed (issue #32)
+            lines.append(f"{r['job']} {span}: kept nothing (beyond the metrics always kept): {r['reason']}")
+            continue
         scores = r.get("scores") or {}
-        why = ", ".join(f"{m} {scores.get(m, 0.0):.2f}" for m in r["selected"])
+        mp = r.get("metric_p") or {}
+        why = ", ".join(f"{m} {scores.get(m, 0.0):.2f}" + (f" p={mp[m]:.2g}" if m in mp else "") for m in r["selected"])
         lines.append(
             f"{r['job']} {span}: kept {', '.join(r['selected'])}: the metrics in which the nodes differed "
-            f"most (importance {why}; index {r.get('index') or 0.0:.2f})"
+            f"most (importance {why}; index {r.get('index') or 0.0:.2f}"
+            + (f"; period p = {r['p_value']:.2g}" if r.get("p_value") is not None else "")
+            + ")"
         )
     if len(pursuit) > 1 and len(shown) == len(pursuit):
         counts: dict[str, int] = {}
@@ -81,6 +87,12 @@ def _kept(f: Folder, pursuit: list[dict[str, Any]], t0: float, in_scope: Any) ->
                 counts[m] = counts.get(m, 0) + 1
         top = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:6]
         lines.append("most often kept: " + ", ".join(f"{m} ({c} of {len(pursuit)} periods)" for m, c in top))
+        empty = [r for r in pursuit if not r.get("skipped") and not r["selected"] and r.get("reason")]
+        if empty:
+            lines.append(
+                f"kept nothing in {len(empty)} of {len(pursuit)} periods: "
+                "no metric differed across nodes beyond its own noise"
+            )
     for r in f.reductions:
         if not in_scope(r["period_start"], r["period_end"]):
             continue

@@ -112,7 +112,27 @@ def kept_section(f: Folder) -> tuple[bytes, str] | str:
         for m in r["selected"] if not r.get("skipped") else []:
             counts[m] = counts.get(m, 0) + 1
     rows = [[m, c, f"{c / len(pursuit):.0%}"] for m, c in sorted(counts.items(), key=lambda kv: -kv[1])[:6]]
-    note = f"<p class='note'>Job {html.escape(jobs[0])}" + (f" (of {len(jobs)})" if len(jobs) > 1 else "") + "</p>"
+    empty = [r for r in pursuit if not r.get("skipped") and not r["selected"] and r.get("reason")]
+    if empty:
+        worst = (
+            min(r["p_value"] for r in empty if r.get("p_value") is not None)
+            if any(r.get("p_value") is not None for r in empty)
+            else None
+        )
+        rows.append(["(nothing)", len(empty), f"{len(empty) / len(pursuit):.0%}"])
+        nothing = (
+            f" Nothing was kept in {len(empty)} periods: no metric differed across nodes beyond its own noise"
+            + (f" (smallest p = {worst:.2g})" if worst is not None else "")
+            + "."
+        )
+    else:
+        nothing = ""
+    note = (
+        f"<p class='note'>Job {html.escape(jobs[0])}"
+        + (f" (of {len(jobs)})" if len(jobs) > 1 else "")
+        + html.escape(nothing)
+        + "</p>"
+    )
     return fig, note + _table(["metric", "periods selected", "share"], rows)
 
 

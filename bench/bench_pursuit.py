@@ -21,6 +21,7 @@ import time
 import numpy as np
 from perfsift.operators import Batch, ProjectionPursuit, SlidingMean
 from perfsift.operators.pursuit.projection import projection_pursuit
+from perfsift.operators.pursuit.rows import RowConfig, stacked_rows
 from perfsift.producers.synth import spmd
 from perfsift.schemas import encode_batch
 
@@ -82,7 +83,16 @@ def optimisers(nodes: int, metrics: int, which: list[str]) -> dict[str, dict[str
     op.update(batch.take(np.flatnonzero(batch.ts < batch.ts.min() + 300)))
     st = next(iter(op.jobs_.values()))
     start = np.floor(batch.ts.min() / 30) * 30
-    x, names, _ = op._matrix(st, start, start + 300)
+    cfg = RowConfig(
+        op.window,
+        op.row_mode,
+        op.h_max,
+        op.snapshot_norm,
+        op.target_rows_per_dim,
+        op.evidence_snapshots,
+        op.evidence_gap,
+    )
+    x, names, _, _ = stacked_rows(st, start, start + 300, cfg)
     x = x[:, np.isfinite(x).all(axis=0)]
     names = names[: x.shape[1]]
     out = {}

@@ -59,7 +59,7 @@ def timeline_table(records: list[dict[str, Any]], title: str) -> Table:
             apart_text(r),
             str(d.get("rows", "-")),
             str(d.get("d", "-")),
-            ("[yellow]skipped:[/yellow] " + r["skipped"]) if not fresh else _flags(d),
+            ("[yellow]skipped:[/yellow] " + r["skipped"]) if not fresh else _note(r, d),
         )
     return t
 
@@ -71,6 +71,14 @@ def apart_text(record: dict[str, Any]) -> str:
         top = ", ".join(f"{m['metric']} {m['deviation']:+.1f}" for m in d["metrics"][:2])
         lines.append(f"{d['node']} z={d['z']:.1f}" + (f" ({top})" if top else ""))
     return "\n".join(lines)
+
+
+def _note(r: dict[str, Any], d: dict[str, Any]) -> str:
+    """A fresh period's flags, and when it kept nothing, why (with its p-value)."""
+    flags = _flags(d)
+    if r.get("reason") and not r["selected"]:
+        return (flags + "; " if flags else "") + r["reason"]
+    return flags
 
 
 def _flags(d: dict[str, Any]) -> str:
@@ -95,6 +103,18 @@ def pursuit(
     z_threshold: Annotated[
         float, typer.Option("--z-threshold", help="Robust z at which a node stands apart on the projection.")
     ] = 3.0,
+    alpha: Annotated[
+        float,
+        typer.Option(
+            help="Keep a metric only when its nodes differ beyond their own noise at this level (1: no evidence)."
+        ),
+    ] = 0.01,
+    norm: Annotated[
+        str,
+        typer.Option(
+            "--norm", help="Snapshots relative to the nodes: noise (default), centre, scale (the paper), none."
+        ),
+    ] = "noise",
     json_out: Annotated[Path | None, typer.Option("--json", help="Write one selection record per line.")] = None,
     plot: Annotated[Path | None, typer.Option("--plot", help="Draw the selection matrix (PNG).")] = None,
 ) -> None:
@@ -111,6 +131,8 @@ def pursuit(
             trim=trim,
             seed=seed,
             z_threshold=z_threshold,
+            alpha=alpha,
+            snapshot_norm=norm,
         )  # the parameters are checked as the state is first set up, at construction
     except ValueError as exc:
         raise fail(str(exc)) from None
@@ -131,7 +153,8 @@ def pursuit(
             apart[d["node"]] = apart.get(d["node"], 0) + 1
     out.print(
         f"{len(records)} periods, {len(done)} analysed, {len(records) - len(done)} skipped; most often selected: "
-        + ", ".join(f"{m} ({c})" for m, c in top)
+        + (", ".join(f"{m} ({c})" for m, c in top) or "nothing")
+        + f"; nothing differed in {sum(not r['selected'] for r in done)}"
         + "; nodes that stood apart: "
         + (", ".join(f"{n} ({c} period{'s' if c > 1 else ''})" for n, c in sorted(apart.items())) or "none")
     )

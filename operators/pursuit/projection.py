@@ -107,7 +107,9 @@ def sphere(x: np.ndarray, eps_eig: float = 1e-6) -> Sphered:
 
 def across_processors(snap: np.ndarray, norm: str = "scale") -> np.ndarray:
     """One snapshot (processors × metrics, NaN = missing) relative to the processors: ``"centre"``
-    subtracts each metric's mean across them, ``"scale"`` also divides by its spread, ``"none"``
+    (and ``"noise"``, which the operator then divides by each metric's noise over the period,
+    :func:`~perfsift.operators.pursuit.rows.noise_scale`) subtracts each metric's mean across them,
+    ``"scale"`` (the paper's per-snapshot standardisation) also divides by its spread, ``"none"``
     leaves it. Centred, only differences *between processors* count: a metric identical on all
     processors becomes exactly 0 (not a rounding residue of its mean), has zero variance however
     it moves in time, and is never selected. Scaling also stops a common trend's changing

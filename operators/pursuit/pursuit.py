@@ -8,7 +8,6 @@ start from the previous period and returns one ``pursuit`` selection record (or 
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 import numpy as np
@@ -16,31 +15,9 @@ from perfsift.operators.base import Decider
 from perfsift.operators.batch import Batch
 from perfsift.operators.pursuit import projection as pp
 from perfsift.operators.pursuit.deviants import node_deviants
-from perfsift.operators.pursuit.projection import PursuitResult, across_processors, flat_diagnostics, projection_pursuit
-
-
-class _JobState:
-    """Per job: a ring of each node's most recent smoothed rows, and the last result."""
-
-    def __init__(self, capacity: int) -> None:
-        self.metrics: list[str] = []
-        self.metric_ix: dict[str, int] = {}
-        self.nodes: list[str] = []
-        self.node_ix: dict[str, int] = {}
-        self.ring = np.full((0, capacity, 0), np.nan)  # node × position × metric
-        self.ring_ts = np.full((0, capacity), np.nan)  # event time of each ring row
-        self.count = np.zeros(0, dtype=np.int64)  # rows ever written per node (position = count % capacity)
-        self.last_ts = np.zeros(0)  # newest event time per node
-        self.period: int | None = None  # index of the open period
-        self.first_period: int | None = None  # the job's first period
-        self.late = 0
-        self.version = 0
-        self.selected: list[str] = []
-        self.scores: dict[str, float] = {}
-        self.index: float | None = None
-        self.weights: np.ndarray | None = None  # B of the last result, rows = weight_names
-        self.weight_names: list[str] = []
-        self.row_id = np.zeros((0, 2), dtype=np.int64)  # (node, snapshot) of each row of the last matrix
+from perfsift.operators.pursuit.evidence import holm, metric_pvalues
+from perfsift.operators.pursuit.projection import PursuitResult, flat_diagnostics, projection_pursuit
+from perfsift.operators.pursuit.rows import JobState, RowConfig, stacked_rows
 
 
 class ProjectionPursuit(Decider):
@@ -65,8 +42,11 @@ class ProjectionPursuit(Decider):
     h_max : int
         Most snapshots stacked per node.
     snapshot_norm : str
-        Each stacked snapshot relative to the processors: ``"scale"`` (default), ``"centre"`` or
-        ``"none"``; see :func:`~perfsift.operators.pursuit.projection.across_processors`.
+        Each stacked snapshot relative to the processors: ``"noise"`` (default: centred per
+        snapshot, then each metric in units of its nodes' own noise,
+        :func:`~perfsift.operators.pursuit.rows.noise_scale`), ``"centre"``, ``"scale"`` (the
+        paper's standardisation per snapshot) or ``"none"``; see
+        :func:`~perfsift.operators.pursuit.projection.across_processors`.
     target_rows_per_dim : int
         h = ceil(target_rows_per_dim · n_eff / P), capped by ``h_max`` and by what is available.
     n_max : int
@@ -91,11 +71,25 @@ class ProjectionPursuit(Decider):
         snapshot reproduces the same records.
     z_threshold : float
         Nodes whose robust z on the projection reaches it stand apart (:mod:`~perfsift.operators.pursuit.deviants`).
+    alpha : float
+        A metric is selected only when its nodes differ beyond their own noise at this level (Holm
+        over the metrics, :mod:`~perfsift.operators.pursuit.evidence`); a period where none does
+        selects nothing and says why (``reason``, ``p_value``). ``selected`` holds 0 to
+        ``dims · rounds`` metrics.
+    evidence_snapshots : int
+        Snapshots (``evidence_gap`` windows apart, the newest in the period) per node that the
+        evidence tests; more gives power to rare bursts, fewer reacts sooner (docs/pursuit.md).
+    evidence_gap : int
+        Windows between the evidence's snapshots: 2 (default) so that noise with a memory of a few
+        samples does not pass for a difference; 1 where each input row is already the mean of a
+        long window (the pipeline's thinned stream: one 10-sample mean per row).
     """
 
     output = "selection"
 
-    STATE_VERSION = 2  # the state holds raw rows: snapshot_norm changes no state
+    # 3: the ring also holds the evidence's snapshots (two windows apart): its capacity changed, so older
+    # snapshots are refused (the fingerprint changes too: alpha and evidence_snapshots are parameters)
+    STATE_VERSION = 3  # the state holds raw rows: snapshot_norm and alpha change no state
 
     def __init__(
         self,
@@ -103,7 +97,7 @@ class ProjectionPursuit(Decider):
         window: int = 5,
         row_mode: str = "stacked",
         h_max: int = 10,
-        snapshot_norm: str = "scale",
+        snapshot_norm: str = "noise",
         target_rows_per_dim: int = 50,
         n_max: int = 4000,
         trim: str = "auto",
@@ -118,6 +112,9 @@ class ProjectionPursuit(Decider):
         slack: int = 128,
         seed: int = 0,
         z_threshold: float = 3.0,
+        alpha: float = 0.01,
+        evidence_snapshots: int = 20,
+        evidence_gap: int = 2,
     ) -> None:
         self.period = period
         self.window = window
@@ -138,6 +135,9 @@ class ProjectionPursuit(Decider):
         self.slack = slack
         self.seed = seed
         self.z_threshold = z_threshold
+        self.alpha = alpha
+        self.evidence_snapshots = evidence_snapshots
+        self.evidence_gap = evidence_gap
 
     # -- parameters and state ------------------------------------------------------------------
     def warm_up(self) -> None:
@@ -148,10 +148,14 @@ class ProjectionPursuit(Decider):
     def reset(self) -> None:
         if not self.period > 0:
             raise ValueError(f"period must be > 0 seconds, got {self.period}")
-        if self.window < 1 or self.h_max < 1 or self.rounds < 1 or self.restarts < 1:
-            raise ValueError("window, h_max, rounds and restarts must be >= 1")
-        if self.snapshot_norm not in ("centre", "scale", "none"):
-            raise ValueError(f"snapshot_norm must be centre, scale or none, got {self.snapshot_norm!r}")
+        if self.window < 1 or self.h_max < 1 or self.rounds < 1 or self.restarts < 1 or self.evidence_snapshots < 2:
+            raise ValueError("window, h_max, rounds and restarts must be >= 1, evidence_snapshots >= 2")
+        if self.evidence_gap < 1:
+            raise ValueError(f"evidence_gap must be >= 1, got {self.evidence_gap}")
+        if self.snapshot_norm not in ("noise", "centre", "scale", "none"):
+            raise ValueError(f"snapshot_norm must be noise, centre, scale or none, got {self.snapshot_norm!r}")
+        if not 0 < self.alpha <= 1:
+            raise ValueError(f"alpha must be in (0, 1], got {self.alpha}")
         if self.row_mode not in ("stacked", "processors"):
             raise ValueError(f"row_mode must be 'stacked' or 'processors', got {self.row_mode!r}")
         if not self.z_threshold > 0:
@@ -162,12 +166,13 @@ class ProjectionPursuit(Decider):
             raise ValueError(f"trim must be auto, none, log, sqrt or remove, got {self.trim!r}")
         if self.optimizer not in ("lbfgs", "scipy", "scipy-fd"):
             raise ValueError(f"optimizer must be lbfgs, scipy or scipy-fd, got {self.optimizer!r}")
-        self.jobs_: dict[str, _JobState] = {}
+        self.jobs_: dict[str, JobState] = {}
 
     @property
     def capacity(self) -> int:
-        """Rows kept per node: enough for h_max snapshots w samples apart."""
-        return ((self.h_max - 1) * self.window + 1 if self.row_mode == "stacked" else 1) + self.slack
+        """Rows kept per node: enough for h_max (and evidence_snapshots) snapshots w samples apart."""
+        rows = max((self.h_max - 1) * self.window, (self.evidence_snapshots - 1) * self.evidence_gap * self.window)
+        return rows + 1 + self.slack
 
     # -- streaming -------------------------------------------------------------------------------
     def update(self, batch: Batch) -> list[dict[str, Any]]:
@@ -189,7 +194,7 @@ class ProjectionPursuit(Decider):
     def _update_job(self, job: str, batch: Batch, rows: np.ndarray) -> list[dict[str, Any]]:
         st = self.jobs_.get(job)
         if st is None:
-            st = self.jobs_[job] = _JobState(self.capacity)
+            st = self.jobs_[job] = JobState(self.capacity)
         rows = rows[np.argsort(batch.ts[rows], kind="stable")]
         cols = self._metric_columns(st, batch.metrics)
         periods = np.floor(batch.ts[rows] / self.period).astype(np.int64)
@@ -216,7 +221,7 @@ class ProjectionPursuit(Decider):
             self._append(st, batch, part, cols, ks)
         return out + self._close_ready(job, st)
 
-    def _node(self, st: _JobState, node: str) -> int:
+    def _node(self, st: JobState, node: str) -> int:
         k = st.node_ix.get(node)
         if k is None:
             k = st.node_ix[node] = len(st.nodes)
@@ -230,7 +235,7 @@ class ProjectionPursuit(Decider):
     def _close_ready(
         self,
         job: str,
-        st: _JobState,
+        st: JobState,
         pend_last: np.ndarray | None = None,
         pend_cnt: np.ndarray | None = None,
         pend_start: float = np.inf,
@@ -269,7 +274,7 @@ class ProjectionPursuit(Decider):
             st.period = p + 1
         return out
 
-    def _metric_columns(self, st: _JobState, metrics: tuple[str, ...]) -> np.ndarray:
+    def _metric_columns(self, st: JobState, metrics: tuple[str, ...]) -> np.ndarray:
         for m in metrics:
             if m not in st.metric_ix:
                 st.metric_ix[m] = len(st.metrics)
@@ -279,7 +284,7 @@ class ProjectionPursuit(Decider):
             st.ring = np.concatenate([st.ring, extra], axis=2)
         return np.array([st.metric_ix[m] for m in metrics], dtype=np.int64)
 
-    def _append(self, st: _JobState, batch: Batch, rows: np.ndarray, cols: np.ndarray, ks: np.ndarray) -> None:
+    def _append(self, st: JobState, batch: Batch, rows: np.ndarray, cols: np.ndarray, ks: np.ndarray) -> None:
         """Rows (in time order) into the ring of their node ``ks``; of a node with more rows than
         the ring holds, only the newest can survive and only they are written."""
         cap = st.ring.shape[1]
@@ -299,70 +304,19 @@ class ProjectionPursuit(Decider):
         np.maximum.at(st.last_ts, k_sorted, batch.ts[rows])
 
     # -- one period --------------------------------------------------------------------------
-    def _matrix(self, st: _JobState, start: float, end: float) -> tuple[np.ndarray, list[str], dict[str, Any]]:
-        """Rows = the nodes that reported in [start, end) × stacked snapshots of their rows before
-        end; columns = metrics (§1.2 step 1)."""
-        cap = st.ring.shape[1]
-        w = self.window if self.row_mode == "stacked" else 1
-        live: list[int] = []
-        newest: list[int] = []
-        avail: list[int] = []
-        in_period: list[int] = []  # rows of each live node in [start, end)
-        # nodes in name order and metrics in name order: the matrix (and with it every rounding in the
-        # analysis) does not depend on the order in which nodes and metrics first appeared
-        for k in sorted(range(len(st.nodes)), key=st.nodes.__getitem__):
-            n = int(st.count[k])
-            if n == 0:
-                continue
-            oldest = max(n - cap, 0)
-            i = n - 1
-            while i >= oldest and st.ring_ts[k, i % cap] >= end:  # rows past the period: not yet
-                i -= 1
-            if i < oldest or st.ring_ts[k, i % cap] < start:
-                continue  # no row in this period
-            live.append(k)
-            newest.append(i % cap)
-            avail.append(min((i - oldest) // w + 1, self.h_max))
-            j = i
-            while j >= oldest and st.ring_ts[k, j % cap] >= start:
-                j -= 1
-            in_period.append(i - j)
-        info: dict[str, Any] = {"nodes": len(live)}
-        if live:
-            info["samples_per_node"] = float(np.mean(in_period))
-        if not live:
-            return np.zeros((0, len(st.metrics))), st.metrics, info
 
-        live_a, newest_a, avail_a = np.array(live), np.array(newest), np.array(avail)
-
-        def snapshots(h: int) -> np.ndarray:
-            """Snapshot j (the j-th newest, w samples apart) of every node that has it, for j < h."""
-            keep = [j for j in range(h) if j == 0 or (avail_a > j).sum() >= 2]
-            rows = [(live_a[avail_a > j], (newest_a[avail_a > j] - w * j) % cap) for j in keep]
-            st.row_id = np.concatenate([np.c_[k, np.full(len(k), j)] for (k, _), j in zip(rows, keep, strict=True)])
-            return np.concatenate([across_processors(st.ring[k, p], self.snapshot_norm) for k, p in rows], axis=0)
-
-        if self.row_mode == "processors":
-            h, x = 1, snapshots(1)
-        else:
-            probe = snapshots(self.h_max)
-            ok = ~np.isnan(probe)
-            present = ok.mean(axis=0) >= 0.5
-            with warnings.catch_warnings():  # all-NaN columns: their sd is NaN, which the test rejects
-                warnings.simplefilter("ignore", RuntimeWarning)
-                sd = np.nanstd(np.where(ok, probe, np.nan), axis=0)
-                mean = np.abs(np.nanmean(np.where(ok, probe, np.nan), axis=0))
-            n_eff = int((present & (sd > np.maximum(1e-9 * mean, 1e-12))).sum())
-            h = int(np.clip(np.ceil(self.target_rows_per_dim * max(n_eff, 1) / len(live)), 1, self.h_max))
-            upto = st.row_id[:, 1] < h  # the first h snapshots: the probe's first rows, not made again
-            x, st.row_id = probe[upto], st.row_id[upto]
-        info["snapshots"] = h
-        order = sorted(range(len(st.metrics)), key=st.metrics.__getitem__)
-        return x[:, order], [st.metrics[j] for j in order], info
-
-    def _analyse(self, job: str, st: _JobState, period: int) -> dict[str, Any]:
+    def _analyse(self, job: str, st: JobState, period: int) -> dict[str, Any]:
         start, end = period * self.period, (period + 1) * self.period
-        x, names, info = self._matrix(st, start, end)
+        cfg = RowConfig(
+            self.window,
+            self.row_mode,
+            self.h_max,
+            self.snapshot_norm,
+            self.target_rows_per_dim,
+            self.evidence_snapshots,
+            self.evidence_gap,
+        )
+        x, names, info, block = stacked_rows(st, start, end, cfg)
         info["late_rows"] = st.late
         st.late = 0
         if info["nodes"] < self.min_nodes:
@@ -394,23 +348,43 @@ class ProjectionPursuit(Decider):
             return self._skipped(job, st, start, end, first.skipped, {**info, **flat_diagnostics(first.diagnostics)})
         if not np.isfinite(first.index) or not all(np.isfinite(v) for _, v in first.ranking):
             return self._skipped(job, st, start, end, "non-finite index or scores", info)
-        selected: list[str] = []
+        scores = {m: float(v) for m, v in first.ranking}
+        named: list[str] = []
         for r in res:
             if r.skipped is None:
-                selected += [m for m in r.named if m not in selected]
-        scores = {m: float(v) for m, v in first.ranking}
+                named += [m for m in r.named if m not in named]
+        metric_p = dict(zip(used, holm(metric_pvalues(block[:, :, cols])).tolist(), strict=True))
+        selected, reason, p_value = self._evidence(named, scores, metric_p, block.shape[1])
         scores.update({m: 0.0 for m in missing})
         st.weights, st.weight_names = first.weights, list(first.metrics)
         if selected != st.selected:
             st.version += 1
         st.selected, st.scores, st.index = selected, scores, float(first.index)
-        info.update(flat_diagnostics(first.diagnostics), rounds=len(res))
+        info.update(flat_diagnostics(first.diagnostics), rounds=len(res), evidence_snapshots=block.shape[1])
         rec = self._record(job, st, start, end, None, info)
+        rec.update(p_value=p_value, reason=reason, metric_p=metric_p)
         apart = node_deviants(x, used, row_id, st.nodes, first.weights, first.metrics, selected, self.z_threshold)
         rec["node_z"], rec["node_position"], rec["deviants"] = apart
         return rec
 
-    def _rounds(self, x: np.ndarray, names: list[str], rng: np.random.Generator, st: _JobState) -> list[PursuitResult]:
+    def _evidence(
+        self, named: list[str], scores: dict[str, float], metric_p: dict[str, float], snapshots: int
+    ) -> tuple[list[str], str | None, float]:
+        """(selected, reason when none, the period's p-value): of the metrics whose nodes differ at
+        level ``alpha``, the ones projection pursuit named first (in its order), then the others
+        by importance, at most ``dims · rounds``."""
+        sig = {m for m, p in metric_p.items() if p <= self.alpha}
+        rest = sorted(sig - set(named), key=lambda m: (-scores.get(m, 0.0), metric_p[m], m))
+        selected = ([m for m in named if m in sig] + rest)[: self.dims * self.rounds]
+        p_value = min(metric_p.values(), default=1.0)
+        reason = None
+        if not selected:
+            reason = f"no metric differs across nodes beyond its own noise (p = {p_value:.3g} > alpha = {self.alpha:g})"
+            if snapshots < 3:
+                reason = f"too little history to tell noise from differences ({snapshots} snapshots per node)"
+        return selected, reason, float(p_value)
+
+    def _rounds(self, x: np.ndarray, names: list[str], rng: np.random.Generator, st: JobState) -> list[PursuitResult]:
         out: list[PursuitResult] = []
         cols = list(range(len(names)))
         for r in range(self.rounds):
@@ -435,18 +409,18 @@ class ProjectionPursuit(Decider):
         return out
 
     def _skipped(
-        self, job: str, st: _JobState, start: float, end: float, reason: str, info: dict[str, Any]
+        self, job: str, st: JobState, start: float, end: float, reason: str, info: dict[str, Any]
     ) -> dict[str, Any]:
         return self._record(job, st, start, end, reason, info)
 
-    def _gap(self, job: str, st: _JobState, first: int, stop: int) -> dict[str, Any]:
+    def _gap(self, job: str, st: JobState, first: int, stop: int) -> dict[str, Any]:
         n = stop - first
         return self._record(
             job, st, first * self.period, stop * self.period, f"no samples in {n} period{'s' if n > 1 else ''}", {}
         )
 
     def _record(
-        self, job: str, st: _JobState, start: float, end: float, skipped: str | None, info: dict[str, Any]
+        self, job: str, st: JobState, start: float, end: float, skipped: str | None, info: dict[str, Any]
     ) -> dict[str, Any]:
         """A ``pursuit`` selection record; a skipped one carries the previous selection."""
         return {
@@ -465,6 +439,9 @@ class ProjectionPursuit(Decider):
             "node_z": {},
             "node_position": {},
             "deviants": [],
+            "p_value": None,
+            "reason": None,
+            "metric_p": {},
             "diagnostics": {k: v for k, v in info.items() if v is not None},
         }
 
@@ -483,7 +460,7 @@ class ProjectionPursuit(Decider):
 
     def _load_state(self, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
         for i, j in enumerate(meta["jobs"]):
-            st = _JobState(self.capacity)
+            st = JobState(self.capacity)
             st.metrics = list(j["metrics"])
             st.metric_ix = {m: k for k, m in enumerate(st.metrics)}
             st.nodes = list(j["nodes"])

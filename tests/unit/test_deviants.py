@@ -23,9 +23,12 @@ def records(seed: int, z_threshold: float = 3.0) -> list[dict]:
 @pytest.mark.parametrize("seed", [0, 4])
 def test_the_planted_node_stands_apart_in_its_periods_and_no_node_in_calm_ones(seed: int) -> None:
     recs = [r for r in records(seed) if r["skipped"] is None]
-    planted = [r for r in recs if r["period_start"] >= T0 + START and r["period_end"] <= T0 + STOP]
+    # from the second period inside the episode: the first whole one is evidence too short (issue #32:
+    # a metric is selected only when its nodes differ beyond their noise; the node is named from the
+    # next period, docs/pursuit.md)
+    planted = [r for r in recs if r["period_start"] >= T0 + START + PERIOD and r["period_end"] <= T0 + STOP]
     calm = [r for r in recs if r["period_end"] <= T0 + START or r["period_end"] - REACH >= T0 + STOP]
-    assert len(planted) >= 2 and len(calm) >= 12
+    assert len(planted) >= 1 and len(calm) >= 12
     for r in planted:
         assert [d["node"] for d in r["deviants"]] == [NODE], r["deviants"]
         top = r["deviants"][0]["metrics"][0]
