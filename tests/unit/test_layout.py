@@ -52,7 +52,7 @@ SUB_ORDER: dict[str, list[set[str]]] = {
         {"remote_write"},  # Prometheus's protobuf, names as prometheus makes them
     ],
     "perfsift.analysis": [
-        {"analyze", "evaluation", "quality", "findings", "plots"},
+        {"analyze", "evaluation", "quality", "findings", "plots", "selection_eval"},
         {"explain", "figures"},
         {"report"},
     ],
