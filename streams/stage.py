@@ -221,6 +221,8 @@ class Chain:
         count = 0
         for kind, topics in self.stage.routes.items():
             parts = out.get(kind, [])
+            if not topics:  # an optional kind the stage sends nowhere
+                continue
             if router.outputs[kind]:  # batches of samples of this kind
                 values = [v for b in parts for v in encode_batch(b, self.encoding, kind)]
                 count += len(values)
