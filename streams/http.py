@@ -181,6 +181,12 @@ class _RunnerCollector(Collector):
                 "limit max_metrics_per_sample (a node keeps the same first metrics, in name order)",
                 s.series_dropped,
             ),
+            (
+                "perfsift_missing_metrics",
+                "metrics an operator is configured for (e.g. forecast metrics) that its input never carried "
+                "(each is logged once)",
+                len(s.missing_metrics),
+            ),
         ):
             c = CounterMetricFamily(name, doc, labels=["stage"])
             c.add_metric([stage], value)

@@ -45,7 +45,7 @@ from perfsift.streams.group import JOIN_TIMEOUT_S, assignment_strategy, is_coope
 from perfsift.streams.group import wait_assigned as wait_assigned  # re-exported: where callers found it
 from perfsift.streams.limits import Guard
 from perfsift.streams.outputs import StageOutputs
-from perfsift.streams.stage import Chain, Emitted, StageError, StageStats, merge_summaries
+from perfsift.streams.stage import Chain, Emitted, StageError, StageStats, merge_summaries, note_missing
 from perfsift.streams.topics import DEADLETTER_TOPIC, STATE_TOPIC
 
 log = logging.getLogger("perfsift.runner")
@@ -332,6 +332,7 @@ class StageRunner:
                                       "operator_failed")  # fmt: skip
             else:
                 self._emit(self._outputs.extend(emitted))
+                note_missing(part.chain, self.stats)
         part.next_offset = where(ms[-1])[2] + 1
         if self._silent:
             part.cadence.since += sum(len(v) for v in values if v is not None)
