@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 
 import numpy as np
@@ -138,8 +139,8 @@ def test_forecasts_follow_the_kept_metrics_whatever_their_names() -> None:
     vals = {(r["node"], r["ts"], m): v for r in rows for m, v in r["metrics"].items()}
     first = sorted(keep[0])[0]
     nxt = sorted((f for f in forecasts if f["metric"] == first), key=lambda f: (f["node"], f["ts"]))
-    err = [abs(a["forecast"] - vals[(b["node"], b["ts"], b["metric"])]) for a, b in zip(nxt, nxt[1:], strict=False)
-           if a["node"] == b["node"]]  # fmt: skip
+    pairs = [(a, b) for a, b in itertools.pairwise(nxt) if a["node"] == b["node"]]
+    err = [abs(a["forecast"] - vals[(b["node"], b["ts"], b["metric"])]) for a, b in pairs]
     spread = np.std([vals[(f["node"], f["ts"], f["metric"])] for f in nxt])
     assert err and float(np.mean(err)) < spread
 
