@@ -109,6 +109,7 @@ class LocalRun:
         self.errors: list[RecordError] = []
         self.started = time.monotonic()
         self._expected = expected_inputs(cfg, self.runners, 0)
+        self._stopped = False
 
     def wait_assigned(self, stop: threading.Event | None = None) -> None:
         """Until every stage owns its partitions, or one failed, or ``stop`` is set. Publish only
@@ -173,7 +174,10 @@ class LocalRun:
         return merge_summaries(r.job_summaries() for r in self.runners)
 
     def stop(self) -> None:
-        """Stop every stage (they drain and commit) and wait for them."""
+        """Stop every stage (they drain and commit) and wait for them (once; again is a no-op)."""
+        if self._stopped:
+            return
+        self._stopped = True
         for r in self.runners:
             r.stop()
         self._join()

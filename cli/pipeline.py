@@ -280,6 +280,7 @@ def run(
             finally:
                 if live is not None:
                     live.stop()
+                local.stop()  # also on a failure: the stages stop (within --grace) before the broker does
             if local.failures:
                 raise fail(f"a stage failed: {local.failures[0]}", 1)
             _print_summary(local, elapsed, caption, follow)

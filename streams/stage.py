@@ -152,13 +152,13 @@ def note_missing(chain: Chain, stats: StageStats) -> None:
     while (``missing_metrics()``, e.g. a forecast of ``[cpu_user, pkts_in]`` on other data): said
     once per stage and metric in the log, and counted in ``stats.missing_metrics``."""
     for op in chain.operators:
-        missing = getattr(op, "missing_metrics", None)
+        missing, seen = getattr(op, "missing_metrics", None), getattr(op, "seen_names", list)
         new = [m for m in missing() if m not in stats.missing_metrics] if missing is not None else []
         if new:
             stats.missing_metrics.update(new)
             log.warning(
                 "stage %s: %s is configured for metrics its input never carried: %s (the input has %s)",
-                stats.stage, type(op).__name__, ", ".join(new), ", ".join(op.seen_names()[:20]) or "none",
+                stats.stage, type(op).__name__, ", ".join(new), ", ".join(seen()[:20]) or "none",
                 extra={"stage": stats.stage, "operator": type(op).__name__, "missing_metrics": new},
             )  # fmt: skip
 

@@ -137,7 +137,7 @@ def test_a_member_with_another_assignment_strategy_stops_with_a_clear_error(
         ).read_text()[-3000:]
         strategy = "partition.assignment.strategy=cooperative-sticky"
         other = _cli("worker", "node", *common, "--http-port", "0", "-X", strategy, log=tmp_path / "other.log")
-        other.wait(120)
+        other.wait(300)
         text = (tmp_path / "other.log").read_text()
         assert other.returncode == 1, text[-3000:]
         assert "another partition assignment strategy" in text and f"{prefix}perfsift.node" in text
