@@ -93,9 +93,9 @@ def test_run_and_a_worker_share_a_group_and_sigterm_stops_run_cleanly(
         assert wait_until(lambda: _committed(kafka, group, raw, 4) >= len(samples), 180, 1.0), (
             tmp_path / "run.log"
         ).read_text()[-3000:]
-        owned = _metric(port, "perfsift_kafka", stage="node", client="consumer", statistic="group_assigned_partitions")
+        # both members own partitions: the worker read some of the samples, the run's node stage the
+        # rest (librdkafka's group_assigned_partitions statistic lags by its interval)
         worker_in = _metric(port, "perfsift_records_in_total", stage="node")
-        assert owned is not None and 1 <= owned <= 3  # the run's node stage owns the others
         assert worker_in is not None and 0 < worker_in < len(samples)
         log = (tmp_path / "run.log").read_text() + (tmp_path / "worker.log").read_text()
         assert "Inconsistent group protocol" not in log
@@ -113,6 +113,7 @@ def test_run_and_a_worker_share_a_group_and_sigterm_stops_run_cleanly(
         stages = {s["stage"]: s for s in json.loads(summary.read_text())["stages"]}
         # what each member read is what the group committed: nothing processed and left uncommitted
         assert stages["node"]["records_in"] + worker_in == _committed(kafka, group, raw, 4) == len(samples)
+        assert stages["node"]["records_in"] > 0
     finally:
         for p in (run, worker):
             if p is not None and p.poll() is None:
