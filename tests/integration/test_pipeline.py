@@ -29,9 +29,9 @@ def pipeline_file(
     path = tmp_path / "pipeline.yaml"
     text = default_pipeline_path().read_text().replace('topic_prefix: ""', f'topic_prefix: "{prefix}"')
     if full_rate:
-        both = "publish: [perf.smoothed, perf.smoothed.byjob]"
+        both = "outputs: [perf.smoothed, perf.smoothed.byjob]"
         for lean, full in [("framing: columns", "framing: records"), ("emit_every: 10", "emit_every: 1"),
-                           ("publish: [perf.smoothed.byjob]", both)]:  # fmt: skip
+                           ("outputs: [perf.smoothed.byjob]", both)]:  # fmt: skip
             assert lean in text
             text = text.replace(lean, full)
     if tap_clean:
@@ -116,7 +116,8 @@ def test_bad_records_on_perf_raw_go_to_the_dead_letter_topic(kafka: dict, prefix
     """10,000 bad records of every kind mixed with 2,000 good ones: nothing crashes, nothing is lost."""
     config = pipeline_file(tmp_path, prefix, tap_clean=True, full_rate=True)
     cfg = load_pipeline(config)
-    assert cfg.stage("node").tapped == ("perf.clean", "perf.smoothed", "perf.smoothed.byjob")
+    assert cfg.stage("node").tapped == ("perf.clean",)
+    assert cfg.stage("node").outputs == ("perf.smoothed", "perf.smoothed.byjob")
     create_pipeline_topics(cfg, kafka)
     good, _ = spmd("cactus", nodes=4, duration=500, seed=1)
     bad_kinds = [
