@@ -58,8 +58,13 @@ def test_streaming_run_conserves_samples_and_matches_analyze(kafka: dict, prefix
     config = pipeline_file(tmp_path, prefix)
     create_pipeline_topics(with_overrides(load_pipeline(config)), kafka)
     # paced at 100x: event time advances evenly over the nodes, as with live producers
+    # exactly_once, as this test ran before #31: `run --bootstrap` then took the embedded broker for a
+    # real cluster. Now it asks the broker, as `worker` does (auto: at_least_once here), and with
+    # at_least_once the streamed perf.reduced records differed from analyze's (708 of 720 carried
+    # more metrics; seen 2026-11-27, not explained yet: reported to the lead)
     r = perfsift("run", "--bootstrap", kafka["bootstrap.servers"], "--config", str(config), "--trace", str(trace),
-                 "--speed", "100", "--summary-json", str(tmp_path / "run.json"), timeout=400)  # fmt: skip
+                 "--speed", "100", "--summary-json", str(tmp_path / "run.json"), "--set", "guarantee=exactly_once",
+                 timeout=400)  # fmt: skip
     assert r.returncode == 0, r.stderr[-3000:]
     n = len(samples)
     # the node stage emits one smoothed mean every emit_every (= window = 10) samples of a node
