@@ -7,7 +7,7 @@ One module per group: :mod:`~perfsift.cli.kafka` (broker, topics, produce, tail)
 :mod:`~perfsift.cli.analyze` (analyze, report), :mod:`~perfsift.cli.contract`
 (contract derive|check), :mod:`~perfsift.cli.select` (select-metrics, forecast),
 :mod:`~perfsift.cli.model` (predict, balance), :mod:`~perfsift.cli.pursuit`,
-:mod:`~perfsift.cli.explain`;
+:mod:`~perfsift.cli.explain`, :mod:`~perfsift.cli.export`;
 what they share is in :mod:`~perfsift.cli.ui`.
 """
 
@@ -23,6 +23,7 @@ from perfsift.cli.analyze import analyze_command, report_command
 from perfsift.cli.clean import clean_command, kb_app, quality_command
 from perfsift.cli.contract import contract_app
 from perfsift.cli.explain import explain_command
+from perfsift.cli.export import export_command
 from perfsift.cli.ingest import convert_command, ingest
 from perfsift.cli.kafka import broker, produce, tail, topics
 from perfsift.cli.model import balance_command, predict_command
@@ -92,6 +93,7 @@ COMMANDS: dict[str, Callable[..., None]] = {
     "ingest": ingest,
     "convert": convert_command,
     "scrape": scrape_command,
+    "export": export_command,
     "run": run,
     "validate": validate,
     "forecast": forecast,

@@ -29,7 +29,7 @@ def analyze_command(
     sddf: Annotated[bool, typer.Option("--sddf", help="Write the reduced stream as SDDF too (reduced.sddf).")] = False,
 ) -> None:
     """Run the whole pipeline over an archived trace in one process (no broker): the same records a
-    streaming run publishes, as files in OUT, plus a summary."""  # fmt: skip
+    streaming run publishes, as files in OUT, plus a summary."""
     cfg = with_options(pipeline_from_flags(config), perf_metric, contract)
     progress = counting_progress()
     try:
@@ -42,19 +42,31 @@ def analyze_command(
     for col in ("stage", "in", "out", "MB in", "MB out", "s"):
         t.add_column(col, justify="left" if col == "stage" else "right")
     for name, s in summary["stages"].items():
-        t.add_row(name, f"{s['records_in']:,}", f"{s['records_out']:,}", f"{s['bytes_in'] / 1e6:.2f}",
-                  f"{s['bytes_out'] / 1e6:.2f}", f"{s['seconds']:.2f}")  # fmt: skip
+        t.add_row(
+            name,
+            f"{s['records_in']:,}",
+            f"{s['records_out']:,}",
+            f"{s['bytes_in'] / 1e6:.2f}",
+            f"{s['bytes_out'] / 1e6:.2f}",
+            f"{s['seconds']:.2f}",
+        )
     out.print(t)
     if summary["reduction_ratio"] is not None:
-        out.print(f"reduced stream: {summary['reduction_ratio']:.1%} of the smoothed metric values, "
-                  f"{summary['reduction_ratio_vs_raw']:.1%} of the raw bytes")  # fmt: skip
+        out.print(
+            f"reduced stream: {summary['reduction_ratio']:.1%} of the smoothed metric values, "
+            f"{summary['reduction_ratio_vs_raw']:.1%} of the raw bytes"
+        )
     b = summary["bytes"]
-    out.print(f"bytes written (state snapshots not included offline): {b['bytes_written_ratio']:.3f} x raw, "
-              f"{b['bytes_written_compressed_ratio']:.3f} x raw zstd-compressed")  # fmt: skip
+    out.print(
+        f"bytes written (state snapshots not included offline): {b['bytes_written_ratio']:.3f} x raw, "
+        f"{b['bytes_written_compressed_ratio']:.3f} x raw zstd-compressed"
+    )
     for job, j in summary["jobs"].items():
         kept = ", ".join(j["kept"] or ["everything"])
-        out.print(f"  {job}: kept {kept} (selection version {j['selection_version']}); "
-                  f"{j['values_out']:,} of {j['values_in']:,} values")  # fmt: skip
+        out.print(
+            f"  {job}: kept {kept} (selection version {j['selection_version']}); "
+            f"{j['values_out']:,} of {j['values_in']:,} values"
+        )
     out.print(f"outputs in {out_dir}: " + ", ".join(sorted(p.name for p in out_dir.iterdir())))
 
 

@@ -69,10 +69,19 @@ def clean_command(
     ] = None,
 ) -> None:
     """Clean an archived trace with the pipeline's clean operator: outliers handled, gaps imputed,
-    every change reported in the record's flags; prints what was flagged per metric."""  # fmt: skip
+    every change reported in the record's flags; prints what was flagged per metric."""
     params = _clean_params(config)
-    given = {"mode": mode, "action": action, "impute": impute, "k": k, "kb": kb, "app": app, "platform": platform,
-             "workload": workload, "interval": interval}  # fmt: skip
+    given = {
+        "mode": mode,
+        "action": action,
+        "impute": impute,
+        "k": k,
+        "kb": kb,
+        "app": app,
+        "platform": platform,
+        "workload": workload,
+        "interval": interval,
+    }
     for name, value in given.items():
         if value is not None:
             params[name] = value
@@ -139,7 +148,7 @@ def quality_command(
     zscore: Annotated[bool, typer.Option(help="Normalise each series first.")] = False,
 ) -> None:
     """Zhu's quality measure per (node, metric): Diff = (DTW(TEST, REF1) − DTW(REF1, REF2)) /
-    DTW(REF1, REF2); smaller is better, 0 = as close as two clean runs."""  # fmt: skip
+    DTW(REF1, REF2); smaller is better, 0 = as close as two clean runs."""
     try:
         a, r1, r2 = _series(test), _series(ref1), _series(ref2)
     except RecordError as exc:
@@ -181,7 +190,7 @@ def kb_add(
     ] = None,
 ) -> None:
     """Record a run under its key (application, platform, workload class, interval): its events'
-    min/max/mean/sd (the primary table) and its samples."""  # fmt: skip
+    min/max/mean/sd (the primary table) and its samples."""
     loc = _kb_location(db)
     try:
         with KnowledgeBase(loc) as kb, console.status(f"adding {trace.name}"):

@@ -47,8 +47,10 @@ def predict_command(
     missing = [x for x in m.metrics() if x not in batch.metrics]
     params = {p.metric for p in m.parameters.values() if p.metric}
     if params & set(missing):
-        raise fail(f"{trace}: the model needs metric(s) {sorted(params & set(missing))}; the trace has "
-                   f"{', '.join(batch.metrics)}")  # fmt: skip
+        raise fail(
+            f"{trace}: the model needs metric(s) {sorted(params & set(missing))}; the trace has "
+            f"{', '.join(batch.metrics)}"
+        )
     op = ModelPredictor(m.source, method=method, samples=samples, seed=seed, tolerance_sigma=tolerance_sigma)
     # chunks of about 50 timestamps, cut where the time changes (a timestamp is never split)
     order = np.argsort(batch.ts, kind="stable")

@@ -34,8 +34,14 @@ def fail(msg: str, code: int = 2) -> typer.Exit:
 
 def counting_progress() -> Progress:
     """A transient spinner line with a description, a count and the elapsed time (long commands)."""
-    return Progress(SpinnerColumn(), TextColumn("{task.description}"), TextColumn("{task.completed:,} samples"),
-                    TimeElapsedColumn(), console=console, transient=True)  # fmt: skip
+    return Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        TextColumn("{task.completed:,} samples"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    )
 
 
 # options shared by the commands that talk to Kafka

@@ -90,8 +90,9 @@ class Assembler:
             self._arrivals.append((self.now, job, node, ts))
         return r
 
-    def rate(self, job: str, node: str, name: str, ts: float, value: float, start: float,
-             signed: bool = False) -> float | None:  # fmt: skip
+    def rate(
+        self, job: str, node: str, name: str, ts: float, value: float, start: float, signed: bool = False
+    ) -> float | None:
         """Per-second rate of a cumulative counter from its previous point (None at the first point,
         after a reset or when time does not advance). ``signed``: the value may go down (collectd's
         ``derive``), which is a negative rate, not a reset."""
@@ -134,14 +135,21 @@ class Assembler:
         if self.collided:
             names = sorted(set(self.collided))
             shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
-            why = (f"{len(self.collided)} series map onto a name another series of the message had ({shown}): "
-                   "the first kept, the others dropped; check the map's attributes and rename")  # fmt: skip
+            why = (
+                f"{len(self.collided)} series map onto a name another series of the message had ({shown}): "
+                "the first kept, the others dropped; check the map's attributes and rename"
+            )
             out.append(("collision", why))
             self.collided = []
         if self.late:
             job, node, ts = self.late_at or ("", "", 0.0)
-            out.append(("late", f"{self.late} points arrived after their sample was emitted (max-delay "
-                        f"{self.max_delay:g} s), e.g. job {job!r} node {node!r} ts {ts!r}"))  # fmt: skip
+            out.append(
+                (
+                    "late",
+                    f"{self.late} points arrived after their sample was emitted (max-delay "
+                    f"{self.max_delay:g} s), e.g. job {job!r} node {node!r} ts {ts!r}",
+                )
+            )
         if self.unmapped:
             out.append(("unmapped", f"{self.unmapped} points not mapped to a sample: {self.unmapped_why}"))
         self.late = self.unmapped = 0
@@ -232,9 +240,16 @@ class Assembler:
         node_idx = np.fromiter((nodes.setdefault(s[1], len(nodes)) for s in samples), np.int64, len(samples))
         job_idx = np.fromiter((jobs.setdefault(s[0], len(jobs)) for s in samples), np.int64, len(samples))
         ts = np.fromiter((s[2] for s in samples), np.float64, len(samples))
-        return Batch(ts=ts, node_idx=node_idx, values=values, metrics=tuple(final), nodes=tuple(nodes),
-                     job_idx=job_idx, jobs=tuple(jobs) or ("default",),
-                     seq=np.full(len(samples), -1, dtype=np.int64))  # fmt: skip
+        return Batch(
+            ts=ts,
+            node_idx=node_idx,
+            values=values,
+            metrics=tuple(final),
+            nodes=tuple(nodes),
+            job_idx=job_idx,
+            jobs=tuple(jobs) or ("default",),
+            seq=np.full(len(samples), -1, dtype=np.int64),
+        )
 
     # -- state -----------------------------------------------------------------------------------------
     def snapshot(self) -> bytes:

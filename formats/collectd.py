@@ -64,8 +64,10 @@ def collectd_decoder(asm: Assembler) -> Decoder:
             except (KeyError, TypeError, ValueError):
                 ok = False
             if not ok:
-                raise IngestError("a collectd value list needs 'values', 'dstypes' and 'dsnames' (lists of one "
-                                  "length), 'time', 'host', 'plugin' and 'type'")  # fmt: skip
+                raise IngestError(
+                    "a collectd value list needs 'values', 'dstypes' and 'dsnames' (lists of one "
+                    "length), 'time', 'host', 'plugin' and 'type'"
+                )
             checked.append((vl, vals, types, names, host, ts))
         for vl, vals, types, names, host, ts in checked:
             if not host:

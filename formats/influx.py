@@ -126,9 +126,11 @@ def influx_decoder(asm: Assembler) -> Decoder:
             row = asm.row(job, node, when if ts is None else ts)
             if row is None:
                 continue
-            keys = sorted(k for k in tags if k not in skip) if m.attributes is None else [
-                k for k in m.attributes if k in tags
-            ]  # fmt: skip
+            keys = (
+                sorted(k for k in tags if k not in skip)
+                if m.attributes is None
+                else [k for k in m.attributes if k in tags]
+            )
             prefix = ".".join([name, *(tags[k] for k in keys)])
             for f, x in fields.items():
                 row[f"{prefix}.{f}"] = x

@@ -156,8 +156,9 @@ class _Series:
 
     __slots__ = ("group", "job", "kind", "le", "name", "node")
 
-    def __init__(self, kind: int, name: str, node: str | None, job: str | None, le: float = 0.0,
-                 group: str = "") -> None:  # fmt: skip
+    def __init__(
+        self, kind: int, name: str, node: str | None, job: str | None, le: float = 0.0, group: str = ""
+    ) -> None:
         self.kind, self.name, self.node, self.job, self.le, self.group = kind, name, node, job, le, group
 
 
@@ -178,8 +179,11 @@ def prometheus_decoder(asm: Assembler) -> Decoder:
             raise ValueError(f"a sample line without a metric name: {key[:80]!r}")
         node = next((labels[k] for k in m.node if labels.get(k)), None)
         job = labels.get(m.job) if m.job else None
-        own = [(k, v) for k, v in labels.items() if k not in drop and (m.attributes is None or k in m.attributes
-                                                                          or k in ("quantile", "le"))]  # fmt: skip
+        own = [
+            (k, v)
+            for k, v in labels.items()
+            if k not in drop and (m.attributes is None or k in m.attributes or k in ("quantile", "le"))
+        ]
         base, typ = _family(sample, types)
         tail = sample[len(base) :]
         if tail == "_created" or typ == "info" or _created_of(sample, types):
@@ -281,8 +285,17 @@ def prometheus_decoder(asm: Assembler) -> Decoder:
     return decode
 
 
-def _quantiles(asm: Assembler, row: dict[str, float | None], job: str, node: str, t: float, group: str, kind: int,
-               bounds: list[float], cum: list[float]) -> None:  # fmt: skip
+def _quantiles(
+    asm: Assembler,
+    row: dict[str, float | None],
+    job: str,
+    node: str,
+    t: float,
+    group: str,
+    kind: int,
+    bounds: list[float],
+    cum: list[float],
+) -> None:
     """The map's quantiles of one histogram's buckets (of the interval since the previous scrape
     for a histogram; of the current counts for a gauge histogram)."""
     m = asm.map

@@ -1,5 +1,6 @@
 """Prometheus remote_write in: the snappy-compressed protobuf ``WriteRequest`` a Prometheus server
-(or an agent: Grafana Agent, vmagent, the Collector's ``prometheusremotewrite`` exporter) posts.
+(or an agent: Grafana Agent, vmagent, the Collector's ``prometheusremotewrite`` exporter) posts;
+and out: :func:`encode_series` builds the requests ``perfsift export --remote-write`` posts.
 
 - :class:`RemoteWriteReceiver` answers ``POST /api/v1/write`` on an ingest worker's HTTP port:
   it checks the body (snappy, then protobuf; 400 when it is neither: Prometheus does not retry
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
@@ -83,6 +84,25 @@ def write_request(series: list[Any]) -> bytes:
 
     req = WriteRequest()
     req.timeseries.extend(series)
+    return bytes(cramjam.snappy.compress_raw(req.SerializeToString()))
+
+
+def encode_series(series: Iterable[tuple[Sequence[tuple[str, str]], Sequence[tuple[int, float]]]]) -> bytes:
+    """A snappy-compressed ``WriteRequest`` of ``(labels, samples)`` pairs: labels as (name,
+    value) with ``__name__`` among them, samples as (milliseconds since the epoch, value). Labels
+    are sent in name order, as the remote_write specification requires; this is what
+    ``perfsift export --remote-write`` posts, read back by :func:`read_request` like any request."""
+    import cramjam
+
+    req = WriteRequest()
+    for labels, samples in series:
+        ts = req.timeseries.add()
+        for name, value in sorted(labels):
+            lb = ts.labels.add()
+            lb.name, lb.value = name, value
+        for t, v in samples:
+            s = ts.samples.add()
+            s.timestamp, s.value = t, v
     return bytes(cramjam.snappy.compress_raw(req.SerializeToString()))
 
 

@@ -34,8 +34,18 @@ from typing import Any
 import orjson
 import yaml
 
-FORMATS = ("otlp_proto", "otlp_json", "telegraf_json", "influx_line", "ldms_json", "prometheus_text", "remote_write",
-           "collectd_json", "graphite", "perfsift")  # fmt: skip
+FORMATS = (
+    "otlp_proto",
+    "otlp_json",
+    "telegraf_json",
+    "influx_line",
+    "ldms_json",
+    "prometheus_text",
+    "remote_write",
+    "collectd_json",
+    "graphite",
+    "perfsift",
+)
 #: exporters' metrics about themselves and info metrics (constant 1, information in labels): not
 #: metrics to compare nodes by; the default ``exclude`` of the Prometheus formats
 PROMETHEUS_EXCLUDE = ("*_info", "*_info{*", "go_*", "process_*", "promhttp_*", "node_scrape_collector_*")
@@ -198,8 +208,10 @@ class IngestSettings:
 def parse_ingest(source: str, where: str, doc: object) -> IngestSettings:
     """A pipeline file's ``ingest:`` section of a stage: ``{format, map (file or mapping), max_delay}``."""
     if not isinstance(doc, Mapping) or "format" not in doc:
-        raise IngestConfigError(f"{source}: {where}: a mapping with 'format' ({', '.join(FORMATS)}), "
-                                "optional 'map' (a file or a mapping) and 'max_delay' (seconds)")  # fmt: skip
+        raise IngestConfigError(
+            f"{source}: {where}: a mapping with 'format' ({', '.join(FORMATS)}), "
+            "optional 'map' (a file or a mapping) and 'max_delay' (seconds)"
+        )
     unknown = set(doc) - {"format", "map", "max_delay"}
     if unknown:
         raise IngestConfigError(f"{source}: {where}: unknown keys {sorted(map(str, unknown))}")

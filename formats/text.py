@@ -25,8 +25,21 @@ import orjson
 from perfsift.formats.assemble import Assembler, IngestError
 
 #: identity columns of an LDMS row (never metrics)
-LDMS_META = frozenset({"timestamp", "ProducerName", "producer", "instance", "component_id", "job_id", "app_id",
-                       "uid", "gid", "perm", "schema"})  # fmt: skip
+LDMS_META = frozenset(
+    {
+        "timestamp",
+        "ProducerName",
+        "producer",
+        "instance",
+        "component_id",
+        "job_id",
+        "app_id",
+        "uid",
+        "gid",
+        "perm",
+        "schema",
+    }
+)
 Decoder = Callable[[bytes, "bytes | None", float], None]
 
 

@@ -228,9 +228,14 @@ def _parameter(name: str, spec: Any, line: int, err: Callable[[str], ModelError]
         if not isinstance(spec["metric"], str) or not spec["metric"]:
             raise err(f"parameter {name!r}: metric must be a metric name")
         return Parameter(
-            name, line, metric=spec["metric"], stochastic=bool(spec.get("stochastic", True)), lo=lo, hi=hi,
+            name,
+            line,
+            metric=spec["metric"],
+            stochastic=bool(spec.get("stochastic", True)),
+            lo=lo,
+            hi=hi,
             distribution=dist,
-        )  # fmt: skip
+        )
     if "sigma" not in spec:
         raise err(f"parameter {name!r}: mean: needs sigma:")
     mean, sigma = _floats(spec["mean"], f"{name}.mean", err), _floats(spec["sigma"], f"{name}.sigma", err)

@@ -64,6 +64,20 @@ class ModelPredictor(Decider):
         Violation state machine, as for :class:`~perfsift.operators.contract.ContractMonitor`.
 
     Output: a list of ``perf.prediction`` records (``schemas/prediction.avsc``).
+
+    Examples
+    --------
+    The bundled SOR model reads each node's available CPU share and bandwidth; node ``b`` with
+    half its CPU takes longer per iteration than ``a`` with 90 %, and the job's iteration time is
+    the slowest node's:
+
+    >>> from perfsift.operators import Batch
+    >>> op = ModelPredictor(model="sor", method="first-order")
+    >>> ts = [t for t in range(6) for _ in "ab"]
+    >>> out = op.update(Batch.from_columns(ts=ts, nodes=["a", "b"] * 6, metrics=["cpu_avail", "bw_avail"],
+    ...                                     values=[[0.9, 100.0], [0.5, 100.0]] * 6))
+    >>> [(r["output"], r["node"], round(r["mean"], 4)) for r in out if r["ts"] == 5.0]
+    [('IterTime', '*', 3.4), ('NodeTime', 'a', 3.3111), ('NodeTime', 'b', 3.4)]
     """
 
     output = "prediction"

@@ -41,7 +41,7 @@ def node_of(path: Path) -> str:
     ['node-1', 'node-1', 'node1']
     """
     stem = path.name.split(".prom")[0] if ".prom" in path.name else path.stem
-    return re.sub(r"([-_.](\d+|\d{8}T\d{4,6}Z?))+$", "", stem) or stem
+    return re.sub(r"[-_.](\d{8}T\d{4,6}Z?|\d+)$", "", stem) or stem  # one counter or time: node-1.003 is node-1
 
 
 def _has_timestamps(scrape: str) -> bool:
@@ -60,8 +60,10 @@ def _records(path: Path, fmt: str, interval: float | None) -> Iterator[tuple[str
 
         scrapes = split_scrapes(path.read_text(errors="replace"))
         if len(scrapes) > 1 and interval is None and not all(_has_timestamps(s) for s in scrapes):
-            raise IngestConfigError(f"{path}: {len(scrapes)} scrapes without timestamps: give --interval (seconds "
-                                    "between them; the last one is the file's modification time)")  # fmt: skip
+            raise IngestConfigError(
+                f"{path}: {len(scrapes)} scrapes without timestamps: give --interval (seconds "
+                "between them; the last one is the file's modification time)"
+            )
         for k, text in enumerate(scrapes):
             yield f"{path}#{k + 1}", text.encode(), mtime - (len(scrapes) - 1 - k) * (interval or 0.0)
     elif fmt in ("otlp_proto", "remote_write"):
@@ -80,8 +82,13 @@ def _records(path: Path, fmt: str, interval: float | None) -> Iterator[tuple[str
                     yield f"{path}:{i}", line, mtime
 
 
-def convert(src: str | Path | Sequence[str | Path], out: str | Path, settings: IngestSettings,
-            node: str | None = None, interval: float | None = None) -> dict[str, Any]:  # fmt: skip
+def convert(
+    src: str | Path | Sequence[str | Path],
+    out: str | Path,
+    settings: IngestSettings,
+    node: str | None = None,
+    interval: float | None = None,
+) -> dict[str, Any]:
     """Convert the files ``src`` (records of ``settings.format``) to the trace ``out``; returns
     counts (records, points, samples, metrics) and the problems met (place: reason), first 20.
     ``node``: the node of records that name none (else the file's, :func:`node_of`); ``interval``:
@@ -103,8 +110,9 @@ def convert(src: str | Path | Sequence[str | Path], out: str | Path, settings: I
     else:
         asm = Assembler(settings)
         decode = decoder_for(asm)
-        items = [(path, where, raw, when) for path in paths for where, raw, when in _records(path, settings.format,
-                                                                                             interval)]  # fmt: skip
+        items = [
+            (path, where, raw, when) for path in paths for where, raw, when in _records(path, settings.format, interval)
+        ]
         items.sort(key=lambda it: it[3])  # files of one target in time order: counters' rates
         for path, where, raw, when in items:
             records += 1
@@ -124,5 +132,11 @@ def convert(src: str | Path | Sequence[str | Path], out: str | Path, settings: I
     samples.sort(key=lambda s: s["ts"])
     names = sorted({m for s in samples for m in s["metrics"]})
     written = write_samples(samples, out, metrics=names) if samples else 0
-    return {"records": records, "points": points, "samples": written, "metrics": len(names),
-            "problems": len(problems), "first_problems": problems[:20]}  # fmt: skip
+    return {
+        "records": records,
+        "points": points,
+        "samples": written,
+        "metrics": len(names),
+        "problems": len(problems),
+        "first_problems": problems[:20],
+    }

@@ -84,8 +84,11 @@ class Scraper:
     stats: dict[str, TargetStats] = field(default_factory=dict)
 
     def fetch(self, target: Target) -> bytes:
-        headers = {"Accept": ACCEPT, "User-Agent": "perfsift-scrape",
-                   "X-Prometheus-Scrape-Timeout-Seconds": f"{self.timeout:g}"}  # fmt: skip
+        headers = {
+            "Accept": ACCEPT,
+            "User-Agent": "perfsift-scrape",
+            "X-Prometheus-Scrape-Timeout-Seconds": f"{self.timeout:g}",
+        }
         req = urllib.request.Request(target.url, headers=headers)
         with urllib.request.urlopen(req, timeout=self.timeout) as resp:
             return bytes(resp.read())
@@ -103,8 +106,14 @@ class Scraper:
                 st.failures_in_a_row += 1
                 st.last_error = str(getattr(exc, "reason", None) or exc)[:200]
                 wait = min(self.interval * 2**st.failures_in_a_row, MAX_BACKOFF_S)
-                log.warning("scrape %s (node %s) failed (%d in a row): %s; next try in %.0f s", target.url,
-                            target.node, st.failures_in_a_row, st.last_error, wait)  # fmt: skip
+                log.warning(
+                    "scrape %s (node %s) failed (%d in a row): %s; next try in %.0f s",
+                    target.url,
+                    target.node,
+                    st.failures_in_a_row,
+                    st.last_error,
+                    wait,
+                )
                 next_at = started + wait
             else:
                 st.scrapes += 1
@@ -122,8 +131,9 @@ class Scraper:
         """Scrape until ``stop`` is set (or ``rounds`` are done); every target in a thread of its own."""
         for t in self.targets:
             self.stats.setdefault(t.url, TargetStats())
-        threads = [threading.Thread(target=self._loop, args=(t,), name=f"scrape-{t.node}", daemon=True)
-                   for t in self.targets]  # fmt: skip
+        threads = [
+            threading.Thread(target=self._loop, args=(t,), name=f"scrape-{t.node}", daemon=True) for t in self.targets
+        ]
         for th in threads:
             th.start()
         for th in threads:

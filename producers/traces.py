@@ -381,8 +381,9 @@ class TraceWriter:
             elif new:
                 raise ValueError(f"CSV needs a fixed set of metrics; sample {self.count} adds {new[:3]}")
             cells = ["" if metrics.get(m) is None else repr(float(metrics[m])) for m in self.metrics]
-            self._csv.writerow([repr(float(sample["ts"])), sample["node"], sample.get("job", "default"),
-                                sample.get("seq", -1), *cells])  # fmt: skip
+            self._csv.writerow(
+                [repr(float(sample["ts"])), sample["node"], sample.get("job", "default"), sample.get("seq", -1), *cells]
+            )
             return
         self.metrics += new
         if self.metrics != self.names_written:

@@ -194,8 +194,16 @@ def _decode_scanned(values: Sequence[bytes | None]) -> Batch | None:
     ts, (node_idx, nodes), (job_idx, jobs), seq, names, matrix = scanned
     if len(set(names)) < len(names):
         return None  # a repeated name: orjson keeps the last value
-    return Batch(ts=ts, node_idx=node_idx, values=matrix, metrics=tuple(names), nodes=tuple(nodes),
-                 job_idx=job_idx, jobs=tuple(jobs), seq=seq)  # fmt: skip
+    return Batch(
+        ts=ts,
+        node_idx=node_idx,
+        values=matrix,
+        metrics=tuple(names),
+        nodes=tuple(nodes),
+        job_idx=job_idx,
+        jobs=tuple(jobs),
+        seq=seq,
+    )
 
 
 def _decode_uniform(values: Sequence[bytes | None]) -> Batch | None:

@@ -39,8 +39,14 @@ ENV_PREFIX = "PERFSIFT_SR_"
 #: settings perfsift reads itself; the others go to ``SchemaRegistryClient``
 OWN_SETTINGS = ("auto.register.schemas",)
 #: client settings that are numbers (the file and the environment give text)
-_NUMBERS = ("timeout", "cache.capacity", "cache.latest.ttl.sec", "max.retries", "retries.wait.ms",
-            "retries.max.wait.ms")  # fmt: skip
+_NUMBERS = (
+    "timeout",
+    "cache.capacity",
+    "cache.latest.ttl.sec",
+    "max.retries",
+    "retries.wait.ms",
+    "retries.max.wait.ms",
+)
 
 
 def registry_settings(section: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -175,9 +175,16 @@ class KnowledgeBase:
                 "UPDATE runs SET start_ts = ?, end_ts = ?, samples = ?, platform = ?, workload = ?, interval_s = ? "
                 "WHERE run_id = ?"
             ),
-            (t_min if n_samples else None, t_max if n_samples else None, n_samples, platform, workload, interval,
-             run_id),
-        )  # fmt: skip
+            (
+                t_min if n_samples else None,
+                t_max if n_samples else None,
+                n_samples,
+                platform,
+                workload,
+                interval,
+                run_id,
+            ),
+        )
         self.conn.commit()
         return run_id
 
@@ -267,8 +274,11 @@ def clean_params(params: Mapping[str, Any]) -> dict[str, Any]:
     if kb is not None:
         rows = int(out.get("knn_window", inspect.signature(Clean.__init__).parameters["knn_window"].default))
         interval = params.get("interval")
-        key = (str(params.get("platform") or ""), str(params.get("workload") or ""),
-               None if interval is None else float(interval))  # fmt: skip
+        key = (
+            str(params.get("platform") or ""),
+            str(params.get("workload") or ""),
+            None if interval is None else float(interval),
+        )
         with KnowledgeBase(str(kb)) as base:
             out["history"] = base.history(str(app), rows, *key)
     return out

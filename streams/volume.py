@@ -123,6 +123,13 @@ def bytes_table(volume: Mapping[str, Any]) -> list[tuple[str, str, str, str, str
         row(t, r["payload"], r["compressed"], r["ratio"], r["compressed_ratio"]) for t, r in volume["topics"].items()
     ]
     w = volume["written"]
-    rows.append(row("written", w["payload"], w["compressed"], volume["bytes_written_ratio"],
-                    volume["bytes_written_compressed_ratio"]))  # fmt: skip
+    rows.append(
+        row(
+            "written",
+            w["payload"],
+            w["compressed"],
+            volume["bytes_written_ratio"],
+            volume["bytes_written_compressed_ratio"],
+        )
+    )
     return rows

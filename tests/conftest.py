@@ -20,6 +20,19 @@ from perfsift.streams.broker import EmbeddedBroker
 from perfsift.streams.clients import consumer_settings
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Fill numba's cache once, in the controller, before the xdist workers start: otherwise every
+    worker (and every CLI subprocess a test starts before the cache is written) compiles the same
+    kernels at once, ~30 s each on a loaded 2-core machine."""
+    if hasattr(config, "workerinput"):  # an xdist worker: the controller did it
+        return
+    from perfsift.operators.warm import warm
+    from perfsift.schemas.batches import warm_up_decoder
+
+    warm()
+    warm_up_decoder()
+
+
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """``-n auto``: one worker per core, at most four. Each worker starts its own broker (about
     0.7 GB resident), and more workers would not shorten a suite led by a few long streaming tests."""

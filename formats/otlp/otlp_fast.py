@@ -89,8 +89,10 @@ class OtlpProtoBatch:
         bad = w.read(buf, starts, ends)
         n_pt, n_met, n_res = (int(x) for x in w.cnt)
         # resources: node and job (None: the points name their node: the walker's path)
-        res_nj = [self._resource(raw[s:e]) if s >= 0 else (None, walker.job_default)
-                  for s, e in zip(w.res_start[:n_res].tolist(), w.res_end[:n_res].tolist(), strict=True)]  # fmt: skip
+        res_nj = [
+            self._resource(raw[s:e]) if s >= 0 else (None, walker.job_default)
+            for s, e in zip(w.res_start[:n_res].tolist(), w.res_end[:n_res].tolist(), strict=True)
+        ]
         res_msg = w.res_msg[:n_res].tolist()
         met_res = w.met_res[:n_met]
         kind = w.met_kind[:n_met]
@@ -123,8 +125,16 @@ class OtlpProtoBatch:
             return base
         return self.walker._name(base, NumberDataPoint.FromString(raw[a0:a1]).attributes)
 
-    def _points(self, w: WireArrays, n: int, fast: np.ndarray, raw: bytes, res_nj: list[tuple[str | None, str]],
-                res_msg: list[int], problems: list[Problem]) -> None:  # fmt: skip
+    def _points(
+        self,
+        w: WireArrays,
+        n: int,
+        fast: np.ndarray,
+        raw: bytes,
+        res_nj: list[tuple[str | None, str]],
+        res_msg: list[int],
+        problems: list[Problem],
+    ) -> None:
         asm = self.asm
         pm = w.pt_met[:n]
         keep = fast[pm] & np.isfinite(w.pt_val[:n])
@@ -176,9 +186,20 @@ class OtlpProtoBatch:
                 row.update(zip(names_s[a:b], vals_s[a:b], strict=True))
         problems += [(current, kind, reason) for kind, reason in asm.take_problems()]
 
-    def _rates(self, w: WireArrays, ci: np.ndarray, pm: np.ndarray, res: np.ndarray, times: np.ndarray,
-               vals: np.ndarray, inverse: np.ndarray, names_u: list[str], res_nj: list[tuple[str | None, str]],
-               idx: np.ndarray, n: int) -> None:  # fmt: skip
+    def _rates(
+        self,
+        w: WireArrays,
+        ci: np.ndarray,
+        pm: np.ndarray,
+        res: np.ndarray,
+        times: np.ndarray,
+        vals: np.ndarray,
+        inverse: np.ndarray,
+        names_u: list[str],
+        res_nj: list[tuple[str | None, str]],
+        idx: np.ndarray,
+        n: int,
+    ) -> None:
         """Monotonic sums at ``ci`` (positions among the kept points) to per-second rates in
         ``vals``, as :meth:`Assembler.rate` does point by point: from the previous point of the
         series (in this poll, else the assembler's counter state), NaN at the first point, after a

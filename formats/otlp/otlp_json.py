@@ -85,11 +85,18 @@ class OtlpJsonReader:
             doc = orjson.loads(value)
             plan = self._plan(doc)
             # the odd metrics as generated classes first: a bad one refuses the message before any point
-            slow = [(node, job, json_format.ParseDict(m, Metric(), ignore_unknown_fields=True))
-                    for node, job, metrics in plan for m in metrics
-                    if node is None or not ("gauge" in m or "sum" in m)]  # fmt: skip
-            fast = [self._points(node, job, m) for node, job, metrics in plan for m in metrics
-                    if node is not None and ("gauge" in m or "sum" in m)]  # fmt: skip
+            slow = [
+                (node, job, json_format.ParseDict(m, Metric(), ignore_unknown_fields=True))
+                for node, job, metrics in plan
+                for m in metrics
+                if node is None or not ("gauge" in m or "sum" in m)
+            ]
+            fast = [
+                self._points(node, job, m)
+                for node, job, metrics in plan
+                for m in metrics
+                if node is not None and ("gauge" in m or "sum" in m)
+            ]
         except IngestError:
             raise
         except (orjson.JSONDecodeError, json_format.ParseError, KeyError, TypeError, ValueError, AttributeError) as exc:

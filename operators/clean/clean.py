@@ -93,6 +93,24 @@ class Clean(Transformer):
         PMU events scaled by Δt_enabled/Δt_running; coverage below which values are flagged.
     impute, knn_k, knn_window, f_min, weights, target_transform
         Imputation (METHODS.md §3.4).
+
+    Examples
+    --------
+    A spike of 90 in a series that alternates 10 and 11 is replaced by the Hampel window's median,
+    and the flag says what was there:
+
+    >>> from perfsift.operators import Batch
+    >>> op = Clean(mode="hampel", half=3, action="replace", impute="none")
+    >>> out = op.update(Batch.from_columns(ts=range(8), nodes=["a"] * 8, metrics=["cpu"],
+    ...                                     values=[[10.0], [11.0], [10.0], [11.0], [10.0], [11.0], [90.0], [10.0]]))
+    >>> out.values[:, 0].tolist()
+    [10.0, 11.0, 10.0, 11.0, 10.0, 11.0, 11.0, 10.0]
+    >>> out.extra["flags"][6]
+    [{'metric': 'cpu', 'rule': 'hampel', 'action': 'replace', 'original': 90.0, 'threshold': 15.4478}]
+    >>> rates = Clean(mode="none", counters=("ctx",), impute="none")
+    >>> rates.update(Batch.from_columns(ts=[0, 1, 2, 3], nodes=["a"] * 4, metrics=["ctx"],
+    ...                                 values=[[100.0], [110.0], [130.0], [135.0]])).values[:, 0]
+    array([nan, 10., 20.,  5.])
     """
 
     STATE_VERSION = 2

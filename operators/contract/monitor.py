@@ -107,6 +107,23 @@ class ContractMonitor(Decider):
         made before each sample (§5) instead of the contract's fixed capabilities - the paper's
         way to set expectations without a baseline of the same resources. Until a node has a
         forecast, the contract's capability (or 1) is used.
+
+    Examples
+    --------
+    A contract derived from a baseline where cpu stays near 0.5; a node that jumps to 0.95 is at
+    level 1 at once and raised after ``k_persist`` = 2 rows:
+
+    >>> import numpy as np
+    >>> from perfsift.operators import Batch
+    >>> from perfsift.operators.contract.signature import derive_contract
+    >>> rng = np.random.default_rng(1)
+    >>> baseline = Batch.from_columns(ts=range(50), nodes=["a"] * 50, metrics=["cpu"],
+    ...                               values=(0.5 + 0.01 * rng.standard_normal((50, 1))).round(3))
+    >>> op = ContractMonitor(contract=derive_contract(baseline, {"load": ["cpu"]}))
+    >>> out = op.update(Batch.from_columns(ts=range(5), nodes=["a"] * 5, metrics=["cpu"],
+    ...                                     values=[[0.5], [0.5], [0.95], [0.95], [0.95]]))
+    >>> out.metrics, out.values[:, 0].round(2).tolist(), [STATES[i] for i in out.extra["state"]]
+    (('load:cpu',), [0.0, 0.0, 1.0, 1.0, 1.0], ['ok', 'ok', 'ok', 'violated', 'violated'])
     """
 
     output = "contract"

@@ -190,6 +190,27 @@ class DataReduction(Decider):
         Levers as in ``perfsift select-metrics`` (:func:`~perfsift.operators.reduction.regression.expand_row`):
         each feature as its trailing mean over ``smooth`` buckets, and ``lags`` earlier buckets of
         it as features ``node/metric@t-k``.
+
+    Examples
+    --------
+    ``perf`` is 3·x1 plus noise; x2 is 2·x1 (redundant with it) and ``noise`` is unrelated. The
+    clustering puts x1 and x2 together; the first selection (48 rows) still holds ``noise``, the
+    second (96) keeps one representative of x1's cluster only:
+
+    >>> import numpy as np
+    >>> from perfsift.operators import Batch
+    >>> rng = np.random.default_rng(0)
+    >>> x1 = rng.standard_normal(120); x2 = 2 * x1 + 0.01 * rng.standard_normal(120)
+    >>> noise = rng.standard_normal(120); perf = 3 * x1 + 0.1 * rng.standard_normal(120)
+    >>> op = DataReduction(perf_metric="perf", window=96, recluster_every=48, rand_subsets=0)
+    >>> records = op.update(Batch.from_columns(ts=range(120), nodes=["a"] * 120, metrics=["x1", "x2", "noise", "perf"],
+    ...                                        values=np.c_[x1, x2, noise, perf]))
+    >>> for r in records:
+    ...     print(r["selected"], r["clusters"])
+    ['a/noise', 'a/x2'] [['a/noise'], ['a/x2', 'a/x1']]
+    ['a/x2'] [['a/noise'], ['a/x2', 'a/x1']]
+    >>> round(records[-1]["r2_holdout"], 3)
+    0.998
     """
 
     output = "selection"

@@ -7,7 +7,6 @@ installed), and ``perfsift produce --raw``; every value checked against its sour
 from __future__ import annotations
 
 import itertools
-import shutil
 import subprocess
 import threading
 import urllib.error
@@ -29,6 +28,7 @@ from perfsift.streams.runner import run_in_thread, wait_assigned
 from typer.testing import CliRunner
 
 from tests.conftest import read_topic, wait_until
+from tests.debian import program
 from tests.integration.test_ingest import ingest_pipeline
 
 pytestmark = pytest.mark.integration
@@ -107,17 +107,18 @@ def test_scrape_feeds_the_ingest_stage_and_a_dead_target_stops_nothing(
     assert not any(k.startswith(("go_", "process_")) or "_info" in k for k in fixture[0]["metrics"])
 
 
-@pytest.mark.skipif(shutil.which("prometheus-node-exporter") is None, reason="prometheus-node-exporter not installed")
 def test_the_live_node_exporter_scraped_into_perf_raw(kafka: dict, prefix: str, tmp_path: Path) -> None:
     """Debian's prometheus-node-exporter on a free loopback port, scraped with --samples: its
     MemTotal is the kernel's, its CPUs' mode times add up to about one second per second."""
     from perfsift.cli import app
 
+    exporter_bin = program("prometheus-node-exporter")
     cfg = load_pipeline(ingest_pipeline(tmp_path, prefix, 0.3, ["prometheus_text"]))
     create_pipeline_topics(cfg, kafka)
     port = free_port()
-    proc = subprocess.Popen(["prometheus-node-exporter", f"--web.listen-address=127.0.0.1:{port}"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    proc = subprocess.Popen(
+        [exporter_bin, f"--web.listen-address=127.0.0.1:{port}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     try:
         assert wait_until(lambda: _up(f"http://127.0.0.1:{port}/metrics"), 20)
         args = ["scrape", f"live=127.0.0.1:{port}", "--samples", "--topic", cfg.topic("perf.raw"),
@@ -199,14 +200,14 @@ def test_remote_write_requests_posted_to_the_worker_arrive_value_by_value(
         assert {k: v for k, v in got[key].items() if v is not None} == {k: v for k, v in row.items() if v is not None}
 
 
-@pytest.mark.skipif(shutil.which("prometheus") is None, reason="Debian's prometheus not installed")
 def test_a_prometheus_server_remote_writes_into_perf_raw(kafka: dict, prefix: str, tmp_path: Path) -> None:
     """Prometheus 2.42 scrapes the committed node-exporter scrape every second and posts to the
     worker: MemTotal on perf.raw as the exporter said."""
+    prom = program("prometheus")
     runner, thread, cfg = run_stage(kafka, prefix, tmp_path, "remote_write")
     health = HealthServer(runner, 0, "127.0.0.1", post=http_routes(runner)).start()
     try:
-        got = _prometheus_writes("prometheus", f"http://127.0.0.1:{health.port}/api/v1/write", kafka, cfg, tmp_path)
+        got = _prometheus_writes(prom, f"http://127.0.0.1:{health.port}/api/v1/write", kafka, cfg, tmp_path)
     finally:
         health.stop()
         runner.stop()
@@ -284,10 +285,9 @@ def test_produce_raw_publishes_bytes_as_kcat_would(kafka: dict, prefix: str, tmp
 
 def _kcat(args: list[str], data: bytes, lib: str | None) -> subprocess.CompletedProcess[bytes]:
     env = {"PATH": "/usr/bin:/bin", **({"LD_LIBRARY_PATH": lib} if lib else {})}
-    return subprocess.run(["kcat", *args], input=data, capture_output=True, timeout=60, env=env, check=False)
+    return subprocess.run([program("kcat"), *args], input=data, capture_output=True, timeout=60, env=env, check=False)
 
 
-@pytest.mark.skipif(shutil.which("kcat") is None, reason="Debian's kcat is not installed")
 def test_debians_kcat_needs_the_bundled_librdkafka_and_then_feeds_the_ingest_stage(
     kafka: dict, prefix: str, tmp_path: Path
 ) -> None:
@@ -295,6 +295,7 @@ def test_debians_kcat_needs_the_bundled_librdkafka_and_then_feeds_the_ingest_sta
     ``LD_LIBRARY_PATH=$(perfsift broker --client-lib)`` it publishes a scrape like any client."""
     from perfsift.streams.broker import client_library_dir
 
+    program("kcat")
     runner, thread, cfg = run_stage(kafka, prefix, tmp_path, "prometheus_text")
     topic = cfg.topic("in.prometheus_text")
     scrape = tmp_path / "scrape.prom"
@@ -314,13 +315,13 @@ def test_debians_kcat_needs_the_bundled_librdkafka_and_then_feeds_the_ingest_sta
     assert sample["node"] == "kc1" and sample["metrics"][MEM] == fixture_value(MEM.encode())
 
 
-@pytest.mark.skipif(shutil.which("collectd") is None, reason="Debian's collectd is not installed")
 def test_collectds_write_kafka_into_the_ingest_stage(kafka: dict, prefix: str, tmp_path: Path) -> None:
     """collectd 5.12 (cpu, memory, interface, load; write_kafka Format JSON, keyed by its host,
     StoreRates false: perfsift makes the rates) on the bundled librdkafka: every gauge on perf.raw
     is the one collectd published, cpu jiffies become rates."""
     from perfsift.streams.broker import client_library_dir
 
+    collectd = program("collectd")
     runner, thread, cfg = run_stage(kafka, prefix, tmp_path, "collectd_json")
     topic = cfg.topic("in.collectd_json")
     conf = tmp_path / "collectd.conf"
@@ -346,8 +347,9 @@ LoadPlugin write_kafka
 </Plugin>
 """)
     env = {"PATH": "/usr/bin:/bin:/usr/sbin", "LD_LIBRARY_PATH": str(client_library_dir(tmp_path / "lib"))}
-    proc = subprocess.Popen(["collectd", "-C", str(conf), "-f"], env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)  # fmt: skip
+    proc = subprocess.Popen(
+        [collectd, "-C", str(conf), "-f"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     try:
         raw = read_topic(kafka, cfg.topic("perf.raw"), lambda r: len(r) >= 4, timeout=90)
     finally:

@@ -8,6 +8,7 @@ under ``if TYPE_CHECKING:``, which never run.
 from __future__ import annotations
 
 import ast
+import functools
 import tomllib
 from pathlib import Path
 
@@ -29,6 +30,32 @@ ORDER = [
 ]
 #: what each layer may import from perfsift (besides itself and the root package ``perfsift``): the layers below it
 LAYERS = {name: set(ORDER[:i]) for i, name in enumerate(ORDER)}
+#: inside a layer: its units (a module or a sub-package, by its first name under the layer), lowest
+#: first; a unit imports its own modules and units of lower rows only, never a sibling of its row
+#: (docs/architecture.md, "Inside the layers")
+SUB_ORDER: dict[str, list[set[str]]] = {
+    "perfsift.operators": [
+        {"_numba", "batch", "rounding"},  # the core every operator stands on: the column batch
+        {"_keyed", "base"},  # per-key state; the operator roles
+        {"checks"},  # the conformance suite of the roles
+        {"clean", "forecast", "pursuit", "reduction", "smooth"},  # the families, each alone
+        {"contract"},  # takes a node's capability from the forecast bank
+        {"predict", "reduce"},  # compose families
+        {"registry", "warm"},  # know every operator
+    ],
+    "perfsift.formats": [
+        {"settings", "prom_out"},  # prom_out: results out as Prometheus series, imports no sibling
+        {"assemble"},
+        {"text", "otlp"},
+        {"prometheus", "collectd", "influx"},
+        {"remote_write"},  # Prometheus's protobuf, names as prometheus makes them
+    ],
+    "perfsift.analysis": [
+        {"analyze", "evaluation", "quality", "findings", "plots"},
+        {"explain", "figures"},
+        {"report"},
+    ],
+}
 MAX_LINES = 500
 #: single-format parsers may be longer (the issue that set the limit names this one)
 LONG_ALLOWED = {"producers/sddf.py"}
@@ -81,6 +108,7 @@ def imports(name: str, path: Path, known: set[str]) -> set[str]:
     return {m for m in out if m in known and m != name}
 
 
+@functools.cache
 def graph() -> dict[str, set[str]]:
     mods = modules()
     return {name: imports(name, path, set(mods)) for name, path in mods.items()}
@@ -143,6 +171,38 @@ def test_layers_point_down(lower: str) -> None:
         if layer(t) != lower and t != "perfsift" and layer(t) not in LAYERS[lower]
     ]
     assert not bad, "\n".join(bad)
+
+
+def unit(module: str) -> str | None:
+    """The unit of a module inside its layer (``perfsift.operators.clean._impute`` -> ``clean``); None
+    for the layer's own ``__init__``."""
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 else None
+
+
+@pytest.mark.parametrize("package", sorted(SUB_ORDER))
+def test_units_inside_a_layer_point_down(package: str) -> None:
+    rows = SUB_ORDER[package]
+    row = {u: i for i, units in enumerate(rows) for u in units}
+    edges = {m: t for m, t in graph().items() if layer(m) == package and unit(m) is not None}
+    unknown = sorted({str(unit(m)) for m in edges if unit(m) not in row})
+    assert not unknown, f"{package}: units without a row in SUB_ORDER: {unknown}"
+    bad = [
+        f"{m} imports {t}"
+        for m, targets in edges.items()
+        for t in targets
+        if layer(t) == package and (ut := unit(t)) is not None and ut != unit(m) and row[ut] >= row[str(unit(m))]
+    ]
+    assert not bad, "\n".join(bad)
+
+
+def test_the_unit_rule_sees_a_sibling_import() -> None:
+    assert unit("perfsift.operators.clean._impute") == "clean" and unit("perfsift.operators") is None
+    edges = graph()
+    # reduce composes pursuit and data reduction: a row above both, so this is allowed and seen
+    assert {"perfsift.operators.pursuit.pursuit", "perfsift.operators.reduction.reduction"} <= edges[
+        "perfsift.operators.reduce"
+    ]
 
 
 def test_no_module_is_longer_than_a_job() -> None:
