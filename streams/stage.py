@@ -158,9 +158,12 @@ def note_missing(chain: Chain, stats: StageStats) -> None:
             stats.missing_metrics.update(new)
             log.warning(
                 "stage %s: %s is configured for metrics its input never carried: %s (the input has %s)",
-                stats.stage, type(op).__name__, ", ".join(new), ", ".join(seen()[:20]) or "none",
+                stats.stage,
+                type(op).__name__,
+                ", ".join(new),
+                ", ".join(seen()[:20]) or "none",
                 extra={"stage": stats.stage, "operator": type(op).__name__, "missing_metrics": new},
-            )  # fmt: skip
+            )
 
 
 @dataclass

@@ -78,16 +78,28 @@ def test_run_and_a_worker_share_a_group_and_sigterm_stops_run_cleanly(
     trace.write_bytes(b"".join(orjson.dumps(s) + b"\n" for s in samples))
     common = ["--bootstrap", bs, "--set", f"topic_prefix={prefix}"]
     port = _free_port()
-    worker = _cli("worker", "node", *common, "--http-port", str(port), "--http-host", "127.0.0.1",
-                  log=tmp_path / "worker.log")  # fmt: skip
+    worker = _cli(
+        "worker", "node", *common, "--http-port", str(port), "--http-host", "127.0.0.1", log=tmp_path / "worker.log"
+    )
     run = None
     try:
         assert wait_until(lambda: _get(f"http://127.0.0.1:{port}/readyz")[0] == 200, 120), (
             tmp_path / "worker.log"
         ).read_text()[-3000:]
         summary = tmp_path / "summary.json"
-        run = _cli("run", *common, "--trace", str(trace), "--follow", "--no-report", "--grace", str(GRACE),
-                   "--summary-json", str(summary), log=tmp_path / "run.log")  # fmt: skip
+        run = _cli(
+            "run",
+            *common,
+            "--trace",
+            str(trace),
+            "--follow",
+            "--no-report",
+            "--grace",
+            str(GRACE),
+            "--summary-json",
+            str(summary),
+            log=tmp_path / "run.log",
+        )
         group, raw = f"{prefix}perfsift.node", f"{prefix}perf.raw"
         # every published sample processed and committed by the group's two members
         assert wait_until(lambda: _committed(kafka, group, raw, 4) >= len(samples), 180, 1.0), (
