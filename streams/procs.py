@@ -11,6 +11,7 @@ Kubernetes pod, and shows the parent the same face the live view and the summary
 from __future__ import annotations
 
 import copy
+import logging
 import multiprocessing
 import os
 import signal
@@ -50,21 +51,27 @@ def _child(
         stats = copy.copy(runner.stats)
         send.send(("state", stats, runner.job_summaries(), bool(runner.assigned()), runner.guarantee))
 
-    while thread.is_alive():
-        if os.getppid() != parent:  # the parent is gone (killed): drain, commit and exit, not orphaned
-            stop.set()
-        if stop.wait(REPORT_S):
-            runner.stop()
-            thread.join(60)  # the parent kills us when its grace period is over
-            break
-        report()
     try:
+        while thread.is_alive():
+            if os.getppid() != parent:  # the parent is gone (killed): drain, commit and exit, not orphaned
+                stop.set()
+            if stop.wait(REPORT_S):
+                break
+            report()
+        runner.stop()
+        thread.join(60)  # the parent kills us when its grace period is over
         report()
         if failures:
             send.send(("error", f"{type(failures[0]).__name__}: {failures[0]}"))
         send.close()
-    except OSError:  # BrokenPipeError: nobody is listening any more
-        pass
+    except OSError:  # BrokenPipeError: nobody is listening any more (the parent is gone)
+        runner.stop()
+        thread.join(60)
+    # The runner closed its clients. Exit here rather than in the interpreter's teardown, where a
+    # runner still stuck (closing clients of a broker that went away with a killed parent) or
+    # librdkafka's destructors could hang, orphaned (seen: stage processes left for 35 minutes).
+    logging.shutdown()
+    os._exit(1 if thread.is_alive() else 0)
 
 
 class StageProcess:
