@@ -39,16 +39,24 @@ DEFAULT_REPORT = Path("perfsift-report")
 
 
 def start_stages(
-    cfg: PipelineConfig, props: dict[str, str], embedded: bool, processes: bool, failures: list[BaseException]
+    cfg: PipelineConfig,
+    props: dict[str, str],
+    embedded: bool | None,
+    processes: bool,
+    failures: list[BaseException],
+    grace: float = 60.0,
 ) -> tuple[list[Any], Callable[[], None]]:
     """Every stage of the pipeline started, as child processes (:class:`StageProcess`) or as threads
-    of this process; returns them and a function that waits for them after ``stop()``."""
+    of this process; returns them and a function that waits for them after ``stop()``: the
+    processes together at most ``grace`` seconds (then they are killed). ``embedded`` None: each
+    runner asks the broker."""
     if processes:
         procs = [StageProcess(st, cfg, props, embedded) for st in cfg.stages.values()]
 
         def join_procs() -> None:
+            deadline = time.monotonic() + grace
             for p in procs:
-                p.join(60)
+                p.join(max(deadline - time.monotonic(), 0.0))
 
         return procs, join_procs
     runners = [stage_runner(st, cfg, props, embedded=embedded) for st in cfg.stages.values()]
@@ -88,22 +96,30 @@ class LocalRun:
     ``published`` and ``errors`` (the trace's rejected records).
     """
 
-    def __init__(self, cfg: PipelineConfig, props: dict[str, str], embedded: bool, processes: bool) -> None:
+    def __init__(
+        self, cfg: PipelineConfig, props: dict[str, str], embedded: bool | None, processes: bool, grace: float = 60.0
+    ) -> None:
         self.cfg = cfg
         self.props = props
         self.failures: list[BaseException] = []
-        self.runners, self._join = start_stages(cfg, props, embedded, processes, self.failures)
+        self.runners, self._join = start_stages(cfg, props, embedded, processes, self.failures, grace)
         self.published = 0
         self.publish_stats: PublishStats | None = None  # set by an adaptive replay
         self.host_stats: PublishStats | None = None  # and by its host sampler
         self.errors: list[RecordError] = []
         self.started = time.monotonic()
         self._expected = expected_inputs(cfg, self.runners, 0)
+        self._stopped = False
 
-    def wait_assigned(self) -> None:
-        """Until every stage owns its partitions, or one failed. Publish only then: otherwise the
-        first stages would meet a backlog and later ones see nodes in bursts, partition by partition."""
-        wait_assigned(self.runners, abort=lambda: bool(self.failures) or any(failed(r) for r in self.runners))
+    def wait_assigned(self, stop: threading.Event | None = None) -> None:
+        """Until every stage owns its partitions, or one failed, or ``stop`` is set. Publish only
+        then: otherwise the first stages would meet a backlog and later ones see nodes in bursts,
+        partition by partition."""
+
+        def abort() -> bool:
+            return (stop is not None and stop.is_set()) or bool(self.failures) or any(failed(r) for r in self.runners)
+
+        wait_assigned(self.runners, abort=abort)
 
     def publish(
         self,
@@ -158,7 +174,10 @@ class LocalRun:
         return merge_summaries(r.job_summaries() for r in self.runners)
 
     def stop(self) -> None:
-        """Stop every stage (they drain and commit) and wait for them."""
+        """Stop every stage (they drain and commit) and wait for them (once; again is a no-op)."""
+        if self._stopped:
+            return
+        self._stopped = True
         for r in self.runners:
             r.stop()
         self._join()

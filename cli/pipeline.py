@@ -223,6 +223,14 @@ def run(
             "runs (report.html then reloads itself); 0 writes it only at the end.",
         ),
     ] = 5.0,
+    grace: Annotated[
+        float,
+        typer.Option(
+            "--grace",
+            help="On SIGTERM or Ctrl-C: seconds the stages get to drain and commit before their processes are "
+            "killed (then the summary and the report follow; a second Ctrl-C quits at once).",
+        ),
+    ] = 20.0,
 ) -> None:
     """Run the whole pipeline and replay a trace through it, then print a summary.
 
@@ -235,6 +243,8 @@ def run(
     """
     if live_every < 0:
         raise fail(f"--live-every must be >= 0 seconds, got {live_every:g}")
+    if grace <= 0:
+        raise fail(f"--grace must be > 0 seconds, got {grace:g}")
     if sample_host is not None and not adaptive:
         raise fail("--sample-host needs --adaptive (the sampler follows perf.control alongside the replay)")
     cfg = with_options(pipeline_from_flags(config, settings), perf_metric, contract)
@@ -248,9 +258,11 @@ def run(
                 console.print(f"embedded broker on {bs} (in memory)")
             props = kafka_properties(bs, parse_props(kafka_prop), file=cfg.kafka)
             create_pipeline_topics(cfg, props)
-            local = LocalRun(cfg, props, embedded is not None, processes)
+            # with --bootstrap the runners ask the broker what it is, as `perfsift worker` does: the
+            # group's assignment strategy then agrees with any worker's (streams/group.py)
+            local = LocalRun(cfg, props, True if embedded is not None else None, processes, grace)
             with console.status("waiting for the stages to join their consumer groups"):
-                local.wait_assigned()
+                local.wait_assigned(stop)
             if report is None and embedded is not None:
                 report = DEFAULT_REPORT
             live = LiveReport(local, report, live_every) if follow and report and live_every and not no_report else None
@@ -268,6 +280,7 @@ def run(
             finally:
                 if live is not None:
                     live.stop()
+                local.stop()  # also on a failure: the stages stop (within --grace) before the broker does
             if local.failures:
                 raise fail(f"a stage failed: {local.failures[0]}", 1)
             _print_summary(local, elapsed, caption, follow)

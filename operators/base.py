@@ -234,6 +234,8 @@ class Router(Operator):
     role = "route"
     #: the kinds of output (schema names) and whether each is a batch of samples (True) or records
     outputs: ClassVar[dict[str, bool]] = {}
+    #: kinds among ``outputs`` a stage need not send anywhere (emitted only when configured)
+    optional_outputs: ClassVar[tuple[str, ...]] = ()
 
     def update(self, batch: Batch) -> dict[str, list[Any]]:
         raise NotImplementedError

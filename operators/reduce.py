@@ -11,8 +11,11 @@ every ``full_every``-th period passes whole so selection can be re-evaluated dow
 Output, per kind (a :class:`~perfsift.operators.base.Router`; the stage writes each kind to its
 topic, by default ``perf.reduced``, ``perf.selection``, ``perf.control``): ``reduced`` (column
 batches, one record per input sample: the kept metrics, ``selection_version``, ``full``),
-``selection`` (the selection records) and ``control`` (a control record whenever the kept set of a
-job changes, for adaptive producers).
+``selection`` (the selection records), ``control`` (a control record whenever the kept set of a
+job changes, for adaptive producers) and, with ``forecast`` settings, ``forecast``: the NWS
+forecasts (METHODS.md §5) of the metrics the reduced stream keeps, per node, on the same rows (a full
+period's extra metrics are not forecast; before the first selection nothing is). So the forecasts
+follow what the pipeline keeps on any data, instead of metric names fixed in the pipeline file.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from typing import Any, ClassVar
 import numpy as np
 from perfsift.operators.base import Router
 from perfsift.operators.batch import Batch
+from perfsift.operators.forecast.forecast import ForecastBank, forecast_records
 from perfsift.operators.pursuit.pursuit import ProjectionPursuit
 from perfsift.operators.reduction.reduction import DataReduction
 
@@ -63,10 +67,15 @@ class Reduce(Router):
         Every ``full_every``-th period of a job passes whole (``full: true``); 0 = never.
     control : bool
         Emit control records for adaptive producers.
+    forecast : dict or None
+        Parameters of :class:`~perfsift.operators.forecast.forecast.ForecastBank` (``metrics`` is
+        not one: the kept set is forecast); None (default) forecasts nothing.
     """
 
-    #: the reduced samples (a batch per job and period), selection records, control records
-    outputs: ClassVar[dict[str, bool]] = {"reduced": True, "selection": False, "control": False}
+    #: the reduced samples (a batch per job and period), selection records, control records, forecasts
+    outputs: ClassVar[dict[str, bool]] = {"reduced": True, "selection": False, "control": False, "forecast": False}
+    #: kinds a stage need not route anywhere (emitted only when configured)
+    optional_outputs: ClassVar[tuple[str, ...]] = ("forecast",)
 
     STATE_VERSION = 2
 
@@ -78,6 +87,7 @@ class Reduce(Router):
         policy: str = "union",
         full_every: int = 10,
         control: bool = True,
+        forecast: dict[str, Any] | None = None,
     ) -> None:
         self.pursuit = pursuit
         self.reduction = reduction
@@ -85,10 +95,13 @@ class Reduce(Router):
         self.policy = policy
         self.full_every = full_every
         self.control = control
+        self.forecast = forecast
 
     def warm_up(self) -> None:
         if self.pursuit is not None:
             ProjectionPursuit(**self.pursuit).warm_up()
+        if self.forecast is not None:
+            ForecastBank(**self.forecast).warm_up()
 
     def reset(self) -> None:
         if self.policy not in POLICIES:
@@ -99,12 +112,15 @@ class Reduce(Router):
             raise ValueError("full_every must be >= 0")
         self.pp_ = ProjectionPursuit(**(self.pursuit or {})) if self.pursuit is not None else None
         self.dr_ = DataReduction(**self.reduction) if self.reduction is not None else None
+        if self.forecast is not None and "metrics" in self.forecast:
+            raise ValueError("reduce forecasts the metrics it keeps: its forecast settings take no 'metrics'")
+        self.fc_ = ForecastBank(**self.forecast) if self.forecast is not None else None
         self.period_ = self.pp_.period if self.pp_ is not None else 30.0  # reduction alone: 30 s periods
         self.jobs_: dict[str, _JobSelection] = {}
 
     # -- streaming --------------------------------------------------------------------------------
     def update(self, batch: Batch) -> dict[str, Any]:
-        out: dict[str, Any] = {"reduced": [], "selection": [], "control": []}
+        out: dict[str, Any] = {"reduced": [], "selection": [], "control": [], "forecast": []}
         if len(batch) == 0:
             return out
         records: list[dict[str, Any]] = []
@@ -122,7 +138,7 @@ class Reduce(Router):
 
     def flush(self) -> dict[str, Any]:
         """End of an archived trace: close the open periods and let every held sample out."""
-        out: dict[str, Any] = {"reduced": [], "selection": [], "control": []}
+        out: dict[str, Any] = {"reduced": [], "selection": [], "control": [], "forecast": []}
         self._decide(self.pp_.flush() if self.pp_ is not None else [], out)
         self._release(out, final=True)
         return out
@@ -156,7 +172,10 @@ class Reduce(Router):
                 rows = np.flatnonzero(ready)
                 for q in np.unique(periods[rows]).tolist():
                     sel = rows[periods[rows] == q]
-                    out["reduced"] += self._reduce_job(job, held.take(sel), int(q))
+                    part = held.take(sel)
+                    out["reduced"] += self._reduce_job(job, part, int(q))
+                    if self.fc_ is not None:
+                        out["forecast"] += self._forecast(job, part, int(q))
 
     def _apply(self, rec: dict[str, Any], out: dict[str, Any]) -> None:
         st = self.jobs_.setdefault(rec["job"], _JobSelection())
@@ -199,12 +218,27 @@ class Reduce(Router):
         in samples); 1 when the record does not say."""
         return float(rec.get("diagnostics", {}).get("samples_per_node") or 1.0)
 
-    def _reduce_job(self, job: str, rows: Batch, period: int) -> list[Batch]:
-        st = self.jobs_.setdefault(job, _JobSelection())
+    def _in_force(self, job: str, period: int) -> tuple[list[str] | None, int]:
+        """The kept set and version of the selection in force in ``period`` (None, -1: none yet)."""
         kept, version = None, -1
-        for from_period, k, v in st.history:  # the selection in force in this period
+        for from_period, k, v in self.jobs_[job].history:
             if from_period <= period:
                 kept, version = k, v
+        return kept, version
+
+    def _forecast(self, job: str, rows: Batch, period: int) -> list[dict[str, Any]]:
+        """Forecast records of the kept metrics of one job's rows of one period."""
+        assert self.fc_ is not None
+        kept, _ = self._in_force(job, period)
+        cols = [j for j, m in enumerate(rows.metrics) if m in set(kept or ())]
+        if not cols:
+            return []
+        kept_rows = rows.with_values(rows.values[:, cols], [rows.metrics[j] for j in cols])
+        return forecast_records(self.fc_.update(kept_rows))
+
+    def _reduce_job(self, job: str, rows: Batch, period: int) -> list[Batch]:
+        st = self.jobs_.setdefault(job, _JobSelection())
+        kept, version = self._in_force(job, period)
         # the history is not pruned here: a node that lags the others (a replay, where one upstream
         # partition's samples come long before another's) gets the selection in force in its
         # sample's period, as if it had been on time, not everything
@@ -250,6 +284,8 @@ class Reduce(Router):
             arrays["pursuit"] = np.frombuffer(self.pp_.snapshot(), dtype=np.uint8)
         if self.dr_ is not None:
             arrays["reduction"] = np.frombuffer(self.dr_.snapshot(), dtype=np.uint8)
+        if self.fc_ is not None:
+            arrays["forecast"] = np.frombuffer(self.fc_.snapshot(), dtype=np.uint8)
         meta_pending = []  # held samples: name tables in the metadata, columns as arrays
         for i, (job, b) in enumerate((job, b) for job, st in self.jobs_.items() for b in st.pending):
             meta_pending.append({"job": job, "metrics": list(b.metrics), "nodes": list(b.nodes), "jobs": list(b.jobs)})
@@ -273,6 +309,8 @@ class Reduce(Router):
             self.pp_.restore(arrays["pursuit"].tobytes())
         if self.dr_ is not None and "reduction" in arrays:
             self.dr_.restore(arrays["reduction"].tobytes())
+        if self.fc_ is not None and "forecast" in arrays:
+            self.fc_.restore(arrays["forecast"].tobytes())
         for job, j in meta["jobs"].items():
             st = _JobSelection()
             st.pursuit, st.reduction, st.kept, st.version = j["pursuit"], j["reduction"], j["kept"], j["version"]

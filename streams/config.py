@@ -266,7 +266,7 @@ def _parse_stage(source: str, name: str, st: object) -> StageConfig:
     if outputs is None and last is not None and issubclass(last, Decider):
         outputs = [DEFAULT_TOPIC[last.output]]
     elif outputs is None and last is not None and issubclass(last, Router):
-        outputs = [DEFAULT_TOPIC[kind] for kind in last.outputs]
+        outputs = [DEFAULT_TOPIC[kind] for kind in last.outputs if kind not in last.optional_outputs]
     if isinstance(outputs, str) or not isinstance(outputs, list) or not outputs:
         raise _err(source, where, "'outputs' must be a non-empty list of topics")
     try:
@@ -287,7 +287,7 @@ def _parse_stage(source: str, name: str, st: object) -> StageConfig:
         if unknown_topics:
             raise _err(source, f"{where}.outputs", f"{ops[-1].type} emits {', '.join(last.outputs)}; "
                        f"no such kind of output goes to {unknown_topics}")  # fmt: skip
-        missing = [kind for kind, topics in stage.routes.items() if not topics]
+        missing = [kind for kind, topics in stage.routes.items() if not topics and kind not in last.optional_outputs]
         if missing:
             raise _err(source, f"{where}.outputs", f"no topic for the {', '.join(missing)} output of {ops[-1].type} "
                        f"(e.g. {', '.join(DEFAULT_TOPIC[k] for k in missing)})")  # fmt: skip

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 
+from perfsift.streams.group import readiness
 from perfsift.streams.stage import BATCH_BUCKETS, DEAD_LETTER_REASONS, StageStats
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -180,6 +181,12 @@ class _RunnerCollector(Collector):
                 "limit max_metrics_per_sample (a node keeps the same first metrics, in name order)",
                 s.series_dropped,
             ),
+            (
+                "perfsift_missing_metrics",
+                "metrics an operator is configured for (e.g. forecast metrics) that its input never carried "
+                "(each is logged once)",
+                len(s.missing_metrics),
+            ),
         ):
             c = CounterMetricFamily(name, doc, labels=["stage"])
             c.add_metric([stage], value)
@@ -229,8 +236,8 @@ class HealthServer:
                     stalled = time.monotonic() - runner.last_loop > STALL_S
                     self._send(503 if stalled else 200, b"stalled\n" if stalled else b"ok\n")
                 elif path == "/readyz":
-                    ready = runner.ready.is_set() and not runner.stop_event.is_set()
-                    self._send(200 if ready else 503, b"ready\n" if ready else b"not ready\n")
+                    ready, why = readiness(runner)
+                    self._send(200 if ready else 503, b"ready\n" if ready else f"not ready: {why}\n".encode())
                 elif path == "/metrics":
                     self._send(200, generate_latest(registry), CONTENT_TYPE_LATEST)
                 else:

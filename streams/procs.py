@@ -11,7 +11,9 @@ Kubernetes pod, and shows the parent the same face the live view and the summary
 from __future__ import annotations
 
 import copy
+import logging
 import multiprocessing
+import os
 import signal
 import time
 from multiprocessing.connection import Connection
@@ -30,10 +32,11 @@ def _child(
     name: str,
     cfg: PipelineConfig,
     props: dict[str, str],
-    embedded: bool,
+    embedded: bool | None,
     stop: Any,
     send: Connection,
     logs: tuple[LogLevel, LogFormat],
+    parent: int,
 ) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the parent, which tells us to stop
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -48,22 +51,35 @@ def _child(
         stats = copy.copy(runner.stats)
         send.send(("state", stats, runner.job_summaries(), bool(runner.assigned()), runner.guarantee))
 
-    while thread.is_alive():
-        if stop.wait(REPORT_S):
-            runner.stop()
-            thread.join(60)
-            break
+    try:
+        while thread.is_alive():
+            if os.getppid() != parent:  # the parent is gone (killed): drain, commit and exit, not orphaned
+                stop.set()
+            if stop.wait(REPORT_S):
+                break
+            report()
+        runner.stop()
+        thread.join(60)  # the parent kills us when its grace period is over
         report()
-    report()
-    if failures:
-        send.send(("error", f"{type(failures[0]).__name__}: {failures[0]}"))
-    send.close()
+        if failures:
+            send.send(("error", f"{type(failures[0]).__name__}: {failures[0]}"))
+        send.close()
+    except OSError:  # BrokenPipeError: nobody is listening any more (the parent is gone)
+        runner.stop()
+        thread.join(60)
+    # The runner closed its clients. Exit here rather than in the interpreter's teardown, where a
+    # runner still stuck (closing clients of a broker that went away with a killed parent) or
+    # librdkafka's destructors could hang, orphaned (seen: stage processes left for 35 minutes).
+    logging.shutdown()
+    os._exit(1 if thread.is_alive() else 0)
 
 
 class StageProcess:
     """A stage running in a child process; see the module docstring."""
 
-    def __init__(self, stage: StageConfig, cfg: PipelineConfig, props: dict[str, str], embedded: bool = False) -> None:
+    def __init__(
+        self, stage: StageConfig, cfg: PipelineConfig, props: dict[str, str], embedded: bool | None = None
+    ) -> None:
         ctx = multiprocessing.get_context("spawn")  # never fork a process that runs librdkafka threads
         self.stage = stage
         self._stats = StageStats(stage.name)
@@ -75,7 +91,7 @@ class StageProcess:
         self._recv, send = ctx.Pipe(duplex=False)
         self.proc = ctx.Process(
             target=_child,
-            args=(stage.name, cfg, props, embedded, self._stop, send, current_logging()),
+            args=(stage.name, cfg, props, embedded, self._stop, send, current_logging(), os.getpid()),
             name=f"stage-{stage.name}",
         )
         self.proc.daemon = True
@@ -113,12 +129,13 @@ class StageProcess:
         self._stop.set()
 
     def join(self, timeout: float = 60.0) -> None:
-        """Wait for the child to drain, commit and exit, reading its last counters meanwhile."""
+        """Wait for the child to drain, commit and exit, reading its last counters meanwhile; after
+        ``timeout`` seconds it is killed (what it did not commit is processed again on restart)."""
         deadline = time.monotonic() + timeout
         while self.proc.is_alive() and time.monotonic() < deadline:
             self._drain()
             self.proc.join(0.05)
         if self.proc.is_alive():
-            self.proc.terminate()
+            self.proc.kill()
             self.proc.join(5)
         self._drain()

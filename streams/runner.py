@@ -41,9 +41,11 @@ from perfsift.streams.clients import (
     where,
 )
 from perfsift.streams.config import PipelineConfig, StageConfig
+from perfsift.streams.group import JOIN_TIMEOUT_S, assignment_strategy, is_cooperative, protocol_error
+from perfsift.streams.group import wait_assigned as wait_assigned  # re-exported: where callers found it
 from perfsift.streams.limits import Guard
 from perfsift.streams.outputs import StageOutputs
-from perfsift.streams.stage import Chain, Emitted, StageError, StageStats, merge_summaries
+from perfsift.streams.stage import Chain, Emitted, StageError, StageStats, merge_summaries, note_missing
 from perfsift.streams.topics import DEADLETTER_TOPIC, STATE_TOPIC
 
 log = logging.getLogger("perfsift.runner")
@@ -104,8 +106,11 @@ class StageRunner:
         self._silent = False  # replaying: no output, no dead letter, no count
         #: share of the input bytes state snapshots may cost (inf: a snapshot at every commit)
         self.snapshot_share = pipeline.snapshot_share
-        #: incremental (cooperative-sticky) or eager rebalancing, known once run() built the consumer
+        #: the assignment strategy and whether it rebalances incrementally, known once run() built the consumer
+        self.strategy = ""
         self.cooperative = False
+        self.loop_started: float | None = None  # monotonic time the consume loop began (readiness)
+        self.join_timeout_s = JOIN_TIMEOUT_S
 
     def assigned(self) -> list[tuple[str, int]]:
         """Input partitions this instance owns now."""
@@ -141,18 +146,14 @@ class StageRunner:
 
     def client_settings(self) -> tuple[dict[str, Any], dict[str, Any]]:
         """The consumer's and the producer's configuration: perfsift's defaults < the pipeline
-        file < ``PERFSIFT_KAFKA_*`` < ``-X`` (all in ``kafka``), then what the guarantee needs. The
-        assignment strategy defaults to ``cooperative-sticky`` (a scale step moves only the
-        partitions that change owner), and to eager ``range`` on the embedded broker: its
-        coordinator (Tansu 0.6.0) answers a joining member's first SyncGroup with
-        REBALANCE_IN_PROGRESS when the leader rejoins for the cooperative follow-up round, so with
-        the default timeouts the revoked partitions stay unowned for ~15 s (eager: ~3.5 s)."""
+        file < ``PERFSIFT_KAFKA_*`` < ``-X`` (all in ``kafka``), then what the guarantee needs; the
+        assignment strategy follows from the broker (:mod:`~perfsift.streams.group`)."""
         self.resolve_guarantee()
         isolation = "read_committed" if self.exactly_once else "read_uncommitted"
         consumer = consumer_settings(self.kafka, self.group_id, isolation)
         consumer.setdefault("statistics.interval.ms", STATISTICS_INTERVAL_MS)
         if "partition.assignment.strategy" not in self.kafka:
-            consumer["partition.assignment.strategy"] = "range" if self.is_embedded() else "cooperative-sticky"
+            consumer["partition.assignment.strategy"] = assignment_strategy(self.is_embedded())
         txn_id = f"{self.group_id}.{self.instance}" if self.exactly_once else None
         producer = producer_settings(self.kafka, txn_id, negotiate=True)
         producer.setdefault("statistics.interval.ms", STATISTICS_INTERVAL_MS)
@@ -164,9 +165,8 @@ class StageRunner:
     def run(self, idle_timeout_s: float | None = None) -> StageStats:
         """Consume until :meth:`stop` (or, if given, until no message came for ``idle_timeout_s``)."""
         consumer, producer = self.client_settings()
-        # librdkafka is cooperative only when every listed strategy is (cooperative-sticky is the one)
-        strategies = str(consumer["partition.assignment.strategy"]).replace(" ", "").split(",")
-        self.cooperative = all(s == "cooperative-sticky" for s in strategies)
+        self.strategy = str(consumer["partition.assignment.strategy"])
+        self.cooperative = is_cooperative(self.strategy)
         log.info(
             "stage %s: kafka consumer %s; producer %s",
             self.stage.name,
@@ -191,6 +191,7 @@ class StageRunner:
                        "instance": self.instance, "guarantee": self.guarantee},
             )  # fmt: skip
             self._warm_up()  # while the group join runs in librdkafka's threads
+            self.loop_started = time.monotonic()
             last_msg = time.monotonic()
             while not self.stop_event.is_set():
                 msgs = self._consumer.consume(self.pipeline.batch_size, self.pipeline.batch_timeout_s)
@@ -273,6 +274,8 @@ class StageRunner:
         for m in msgs:
             err = m.error()
             if err is not None:
+                if (refused := protocol_error(err, self.stage.name, self.group_id, self.strategy)) is not None:
+                    raise refused
                 if err.code() != KafkaError._PARTITION_EOF:
                     log.warning("consume error on %s: %s", self.stage.name, err)
                 continue
@@ -329,6 +332,7 @@ class StageRunner:
                                       "operator_failed")  # fmt: skip
             else:
                 self._emit(self._outputs.extend(emitted))
+                note_missing(part.chain, self.stats)
         part.next_offset = where(ms[-1])[2] + 1
         if self._silent:
             part.cadence.since += sum(len(v) for v in values if v is not None)
@@ -471,17 +475,6 @@ class StageRunner:
         log.log(level, "stage %s: partitions %s of %s %s%s", self.stage.name, numbers, self._in_topic, event, detail,
                 extra={"stage": self.stage.name, "instance": self.instance, "event": event, "partitions": numbers,
                        **fields})  # fmt: skip
-
-
-def wait_assigned(runners: list[StageRunner], timeout: float = 60.0, abort: Callable[[], bool] | None = None) -> bool:
-    """Wait until every runner owns input partitions (its group join is done), at most ``timeout``
-    seconds, or until ``abort()``; True when all are assigned."""
-    deadline = time.monotonic() + timeout
-    while not all(r.assigned() for r in runners):
-        if time.monotonic() > deadline or (abort is not None and abort()):
-            return False
-        time.sleep(0.1)
-    return True
 
 
 def run_in_thread(

@@ -11,6 +11,7 @@ and an analysis write the same bytes.
 from __future__ import annotations
 
 import bisect
+import logging
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -25,6 +26,8 @@ from perfsift.streams.config import StageConfig
 from perfsift.streams.limits import LIMIT_REASONS
 from perfsift.streams.topics import STATE_TOPIC, framed, key_of
 from perfsift.streams.volume import TopicBytes
+
+log = logging.getLogger("perfsift.stage")
 
 #: per topic (logical name): encoded records and their message keys
 Encoded = dict[str, tuple[list[bytes], list[bytes]]]
@@ -89,6 +92,8 @@ class StageStats:
     wire_out: TopicBytes = field(default_factory=TopicBytes)
     #: metric values an ingest stage left out of samples over ``max_metrics_per_sample``
     series_dropped: int = 0
+    #: metrics an operator's configuration names that its input never carried (:func:`note_missing`)
+    missing_metrics: set[str] = field(default_factory=set)
 
     def observe_batch(self, seconds: float) -> None:
         """One processed batch of ``seconds`` into the duration histogram."""
@@ -138,7 +143,27 @@ class StageStats:
             "by_topic": dict(self.by_topic),
             "bytes_read": self.wire_in.as_dict(),
             "bytes_written": self.wire_out.as_dict(),
+            "missing_metrics": sorted(self.missing_metrics),
         }
+
+
+def note_missing(chain: Chain, stats: StageStats) -> None:
+    """Metrics the chain's operators are configured for but have not met in their input after a
+    while (``missing_metrics()``, e.g. a forecast of ``[cpu_user, pkts_in]`` on other data): said
+    once per stage and metric in the log, and counted in ``stats.missing_metrics``."""
+    for op in chain.operators:
+        missing, seen = getattr(op, "missing_metrics", None), getattr(op, "seen_names", list)
+        new = [m for m in missing() if m not in stats.missing_metrics] if missing is not None else []
+        if new:
+            stats.missing_metrics.update(new)
+            log.warning(
+                "stage %s: %s is configured for metrics its input never carried: %s (the input has %s)",
+                stats.stage,
+                type(op).__name__,
+                ", ".join(new),
+                ", ".join(seen()[:20]) or "none",
+                extra={"stage": stats.stage, "operator": type(op).__name__, "missing_metrics": new},
+            )
 
 
 @dataclass
@@ -221,6 +246,8 @@ class Chain:
         count = 0
         for kind, topics in self.stage.routes.items():
             parts = out.get(kind, [])
+            if not topics:  # an optional kind the stage sends nowhere
+                continue
             if router.outputs[kind]:  # batches of samples of this kind
                 values = [v for b in parts for v in encode_batch(b, self.encoding, kind)]
                 count += len(values)

@@ -13,3 +13,19 @@ TRIM = 0.3  # share trimmed off each end by the trimmed means
 #: values (room for its largest w)
 SORTED_WINDOWS = (5, 31, 51, *(hi for _, _, hi, _ in ADAPTIVE))
 TIE = 1e-12  # errors within this relative distance of the minimum are ties
+#: the 18 primary forecasters of METHODS.md §5.1, in the order of their index
+GAINS = (0.05, 0.10, 0.15, 0.20, 0.30, 0.40, 0.50, 0.75)
+PRIMARIES = (
+    "last_value",
+    "running_mean",
+    *(f"exp_smooth_{int(g * 100)}" for g in GAINS),
+    "median_31",
+    "median_5",
+    "sliding_mean_31",
+    "sliding_mean_5",
+    "trimmed_mean_31",
+    "trimmed_mean_51",
+    "adaptive_median_5_21",
+    "adaptive_median_21_51",
+)
+N_PRIMARY = len(PRIMARIES)  # 18

@@ -23,7 +23,15 @@ import numpy.typing as npt
 from perfsift.operators._keyed import KeyedColumns, group_rows, grow
 from perfsift.operators.base import Decider, warm_batch
 from perfsift.operators.batch import Batch
-from perfsift.operators.forecast._nws_constants import ADAPTIVE, HISTORY, RING, SORTED_WINDOWS
+from perfsift.operators.forecast._nws_constants import (
+    ADAPTIVE,
+    GAINS,
+    HISTORY,
+    N_PRIMARY,
+    PRIMARIES,
+    RING,
+    SORTED_WINDOWS,
+)
 from perfsift.operators.forecast._nws_rows import (
     first_min,
     last_values,
@@ -34,21 +42,6 @@ from perfsift.operators.forecast._nws_rows import (
 )
 from perfsift.operators.rounding import forecast_bounds
 
-GAINS = (0.05, 0.10, 0.15, 0.20, 0.30, 0.40, 0.50, 0.75)
-PRIMARIES = (
-    "last_value",
-    "running_mean",
-    *(f"exp_smooth_{int(g * 100)}" for g in GAINS),
-    "median_31",
-    "median_5",
-    "sliding_mean_31",
-    "sliding_mean_5",
-    "trimmed_mean_31",
-    "trimmed_mean_51",
-    "adaptive_median_5_21",
-    "adaptive_median_21_51",
-)
-N_PRIMARY = len(PRIMARIES)  # 18
 WINDOWS = (1, 5, 10, 20, 30, 50, 100)
 #: selectors in forc.c order: (error kind, window); window 0 = cumulative
 SELECTORS = (("mse", 0), ("mae", 0), *(("mse", w) for w in WINDOWS), *(("mae", w) for w in WINDOWS))
@@ -57,6 +50,10 @@ _WIN = sum(SORTED_WINDOWS)  # sorted-window cells per series
 _GAINS = np.array(GAINS)
 _ADAPTIVE = np.array(ADAPTIVE, dtype=np.int64)
 _WINDOWS = np.array(WINDOWS, dtype=np.int64)
+
+
+#: input rows after which a configured metric never met is reported (ForecastBank.missing_metrics)
+MISSING_AFTER_ROWS = 100
 
 
 class ForecastBank(Decider):
@@ -127,6 +124,8 @@ class ForecastBank(Decider):
             raise ValueError(f"sel_window must be in [0, {HISTORY}], got {self.sel_window!r}")
         self.cols_ = KeyedColumns()
         self.series_of_ = np.full((0, 0), -1, dtype=np.int64)  # [key, metric] -> series id
+        self._rows_in = 0  # input rows and metric names met: diagnostics (missing_metrics), not state
+        self._names_in: dict[str, None] = {}
         self.n_series_ = 0
         self._alloc(0)
 
@@ -402,8 +401,20 @@ class ForecastBank(Decider):
         self.run_ae_[s] -= base_ae
 
     # -- batches ------------------------------------------------------------------------------------
+    def missing_metrics(self) -> list[str]:
+        """Configured ``metrics`` no input row carried, once :data:`MISSING_AFTER_ROWS` came."""
+        if self.metrics is None or self._rows_in < MISSING_AFTER_ROWS:
+            return []
+        return [m for m in self.metrics if m not in self._names_in]
+
+    def seen_names(self) -> list[str]:
+        return list(self._names_in)  # the metric names met so far (the message about missing ones)
+
     def update(self, batch: Batch) -> Batch:
         if self.metrics is not None:
+            self._rows_in += len(batch)
+            if len(self._names_in) < 10_000:
+                self._names_in.update(dict.fromkeys(batch.metrics))
             wanted = [j for j, m in enumerate(batch.metrics) if m in set(self.metrics)]
             batch = batch.with_values(batch.values[:, wanted], [batch.metrics[j] for j in wanted])
         k, n = len(batch), len(batch.metrics)

@@ -372,7 +372,7 @@ def test_image_and_compose_run_the_stages_of_the_packaged_pipeline() -> None:
 
 def test_base_pipeline_is_the_packaged_default_with_the_node_stage_apart() -> None:
     """The cluster layout has the packaged default's settings and operators; only the node stage
-    (clean -> sliding mean -> forecast) runs as three stages with topics between them."""
+    (clean -> sliding mean) runs as two stages with a topic between them."""
     from dataclasses import replace
 
     from perfsift.streams.config import load_pipeline
@@ -380,16 +380,13 @@ def test_base_pipeline_is_the_packaged_default_with_the_node_stage_apart() -> No
     k8s = load_pipeline(K8S / "base" / "pipeline.yaml", env={})
     default = load_pipeline(ROOT / "streams" / "pipeline.yaml", env={})
     assert replace(k8s, stages={}, source="") == replace(default, stages={}, source="")
-    clean, smooth, forecast = (k8s.stages[n] for n in ("clean", "smooth", "forecast"))
+    clean, smooth = (k8s.stages[n] for n in ("clean", "smooth"))
     node = default.stages["node"]
     assert (clean.input, clean.outputs, smooth.input) == ("perf.raw", ("perf.clean",), "perf.clean")
-    assert (forecast.input, forecast.role, forecast.outputs) == ("perf.smoothed", node.role, node.outputs)
-    assert (node.input, node.outputs) == (clean.input, forecast.outputs)
-    # the smooth stage writes what the node stage taps, plus the node-keyed topic the forecast stage reads
-    assert smooth.outputs == (*node.tapped, forecast.input)
+    assert (node.input, node.outputs, node.role) == (clean.input, smooth.outputs, smooth.role)
     ops = [(op.type, op.params) for op in node.operators]
-    assert ops == [(op.type, op.params) for op in clean.operators + smooth.operators + forecast.operators]
-    rest = {n: s for n, s in k8s.stages.items() if n not in ("clean", "smooth", "forecast")}
+    assert ops == [(op.type, op.params) for op in clean.operators + smooth.operators]
+    rest = {n: s for n, s in k8s.stages.items() if n not in ("clean", "smooth")}
     assert rest == {n: s for n, s in default.stages.items() if n != "node"}
     assert yaml.safe_load((ROOT / "docker" / "compose.yaml").read_text())["services"]["kafka"]["image"].startswith(
         "apache/kafka:"

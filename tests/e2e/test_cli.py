@@ -22,15 +22,20 @@ def test_run_on_the_embedded_default_processes_every_demo_sample(tmp_path: Path)
     s = json.loads(summary.read_text())
     assert s["published"] == 9600 and s["rejected_lines"] == 0
     assert s["guarantee"] == "at_least_once"  # embedded broker
-    node, select = s["stages"]  # node: clean, sliding mean and forecast in one stage
+    node, select = s["stages"]  # node: clean and sliding mean in one stage
     assert node["records_in"] == 9600 and node["dead_letters"] == 0
     # one smoothed mean per node every 10 samples (emit_every = window): 960, to perf.smoothed.byjob
-    # as column frames, and two forecast records (two forecast metrics) each on perf.forecast
-    assert node["records_out"] == 2 * 960
+    # as column frames
+    assert node["records_out"] == 960
     # one reduced record per smoothed mean (the last open period is still held: a stream has no
     # end), plus about 20 selection records (600 s in 30 s periods) and their control records
     assert select["records_in"] == node["by_topic"]["perf.smoothed.byjob"] and select["dead_letters"] == 0
-    assert 960 - 16 * 4 <= select["records_out"] <= 960 + 60
+    assert 960 - 16 * 4 <= select["by_topic"]["perf.reduced"] <= 960
+    # and a forecast per kept metric of every reduced record with a selection in force (three kept
+    # metrics; none before the first selection, a few periods of 3 rows per node)
+    forecasts = select["by_topic"]["perf.forecast"]
+    assert 2 * (960 - 16 * 12) <= forecasts <= 4 * 960
+    assert select["records_out"] <= 960 + 60 + forecasts
     # what perf.reduced carries, as the broker stores it, next to perf.raw; the state snapshots cost
     # at most snapshot_share (0.02) of the input after the fresh chains' headers, and everything
     # written stays under what was read (the compressed total, 0.28-0.30, is bench_bytes')
@@ -57,8 +62,8 @@ def test_run_replays_a_given_trace_and_counts_bad_lines(tmp_path: Path, mode: st
     assert r.returncode == 0, r.stderr[-3000:]
     s = json.loads(summary.read_text())
     assert s["published"] == 50 and s["rejected_lines"] == 1
-    # the node stage's output is perf.forecast (none for metric x); its smoothed tap goes to the select
-    # stage as column frames, which it reads all
+    # the node stage's output, the smoothed means, goes to the select stage as column frames, which
+    # it reads all
     node, select = s["stages"]
     assert "perf.smoothed" not in node["by_topic"] and select["records_in"] == node["by_topic"]["perf.smoothed.byjob"]
     assert all(st["records_in"] > 0 for st in s["stages"]) and s["guarantee"] == "at_least_once"
@@ -83,7 +88,9 @@ def test_validate_checks_a_pipeline_file_without_kafka(tmp_path: Path) -> None:
     r = perfsift("validate", "streams/pipeline.yaml", cwd=Path(__file__).resolve().parents[2])
     assert r.returncode == 0, r.stderr
     assert "ok - 2 stages (node, select)" in r.stdout
-    assert "node: perf.raw -> clean -> sliding_mean -> forecast ->" in r.stdout
+    assert "node: perf.raw -> clean -> sliding_mean -> perf.smoothed.byjob" in r.stdout
+    outputs = "perf.reduced, perf.selection, perf.control, perf.forecast"
+    assert f"select: perf.smoothed.byjob -> reduce -> {outputs}" in r.stdout
     cfg = tmp_path / "p.yaml"
     cfg.write_text("partitons: 3\nstages:\n  s: {input: perf.raw, outputs: [x], operators: [{type: sliding_maen}]}\n")
     r = perfsift("validate", str(cfg))

@@ -29,9 +29,9 @@ def pipeline_file(
     path = tmp_path / "pipeline.yaml"
     text = default_pipeline_path().read_text().replace('topic_prefix: ""', f'topic_prefix: "{prefix}"')
     if full_rate:
-        both = "publish: [perf.smoothed, perf.smoothed.byjob]"
+        both = "outputs: [perf.smoothed, perf.smoothed.byjob]"
         for lean, full in [("framing: columns", "framing: records"), ("emit_every: 10", "emit_every: 1"),
-                           ("publish: [perf.smoothed.byjob]", both)]:  # fmt: skip
+                           ("outputs: [perf.smoothed.byjob]", both)]:  # fmt: skip
             assert lean in text
             text = text.replace(lean, full)
     if tap_clean:
@@ -58,8 +58,13 @@ def test_streaming_run_conserves_samples_and_matches_analyze(kafka: dict, prefix
     config = pipeline_file(tmp_path, prefix)
     create_pipeline_topics(with_overrides(load_pipeline(config)), kafka)
     # paced at 100x: event time advances evenly over the nodes, as with live producers
+    # exactly_once, as this test ran before #31: `run --bootstrap` then took the embedded broker for a
+    # real cluster. Now it asks the broker, as `worker` does (auto: at_least_once here), and with
+    # at_least_once the streamed perf.reduced records differed from analyze's (708 of 720 carried
+    # more metrics; seen 2026-11-27, not explained yet: reported to the lead)
     r = perfsift("run", "--bootstrap", kafka["bootstrap.servers"], "--config", str(config), "--trace", str(trace),
-                 "--speed", "100", "--summary-json", str(tmp_path / "run.json"), timeout=400)  # fmt: skip
+                 "--speed", "100", "--summary-json", str(tmp_path / "run.json"), "--set", "guarantee=exactly_once",
+                 timeout=400)  # fmt: skip
     assert r.returncode == 0, r.stderr[-3000:]
     n = len(samples)
     # the node stage emits one smoothed mean every emit_every (= window = 10) samples of a node
@@ -116,7 +121,8 @@ def test_bad_records_on_perf_raw_go_to_the_dead_letter_topic(kafka: dict, prefix
     """10,000 bad records of every kind mixed with 2,000 good ones: nothing crashes, nothing is lost."""
     config = pipeline_file(tmp_path, prefix, tap_clean=True, full_rate=True)
     cfg = load_pipeline(config)
-    assert cfg.stage("node").tapped == ("perf.clean", "perf.smoothed", "perf.smoothed.byjob")
+    assert cfg.stage("node").tapped == ("perf.clean",)
+    assert cfg.stage("node").outputs == ("perf.smoothed", "perf.smoothed.byjob")
     create_pipeline_topics(cfg, kafka)
     good, _ = spmd("cactus", nodes=4, duration=500, seed=1)
     bad_kinds = [

@@ -43,7 +43,9 @@ def test_the_default_pipeline_writes_less_than_it_reads(demo: tuple[dict, Path])
     Offline there are no state snapshots: the streaming run adds them (docs/benchmarks.md)."""
     volume = demo[0]["bytes"]
     assert volume["bytes_written_ratio"] <= 1.0
-    assert volume["bytes_written_compressed_ratio"] <= 0.3
+    # 0.290 when the node stage forecast two named metrics (1,920 records); 0.344 since the select
+    # stage forecasts the three kept ones of every selected row (2,832 records), on any data (#31)
+    assert volume["bytes_written_compressed_ratio"] <= 0.35
     reduced = volume["topics"]["perf.reduced"]
     assert reduced["compressed_ratio"] <= 0.2 and reduced["ratio"] <= 0.2
     # smoothed samples go out as column frames: a few messages, not one per sample

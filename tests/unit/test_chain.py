@@ -81,3 +81,29 @@ def test_a_decider_ends_the_chain(tmp_path: Path) -> None:
     ops = "      - {type: pursuit, publish: [perf.clean]}\n      - {type: sliding_mean}\n"
     with pytest.raises(ConfigError, match="pursuit emits records, so it must be the last operator"):
         load_pipeline(config(tmp_path, ops))
+
+
+def test_a_forecast_of_metrics_the_input_never_carries_says_so_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The demo's forecast metrics on other data: after MISSING_AFTER_ROWS rows the stage logs the
+    missing names once and counts them; a metric that is there is not named."""
+    from perfsift.operators.forecast.forecast import MISSING_AFTER_ROWS
+    from perfsift.streams.stage import StageStats, note_missing
+
+    p = tmp_path / "f.yaml"
+    p.write_text("stages:\n  s: {input: perf.smoothed, operators: [{type: forecast, metrics: [cpu_user, x.1, m0]}]}\n")
+    chain = Chain(load_pipeline(p).stage("s"), "json")
+    stats = StageStats("s")
+    rows = 0
+    batch = Batch.from_columns(ts=range(40), nodes=["a", "b"] * 20, metrics=["m0", "m1"], values=[[1.0, 2.0]] * 40)
+    with caplog.at_level("WARNING", logger="perfsift.stage"):
+        while rows < 3 * MISSING_AFTER_ROWS:
+            chain.process(batch)
+            note_missing(chain, stats)
+            rows += len(batch)
+            if rows < MISSING_AFTER_ROWS:
+                assert stats.missing_metrics == set()  # not said before enough rows came
+    said = [r for r in caplog.records if "never carried" in r.getMessage()]
+    assert len(said) == 1 and "cpu_user, x.1" in said[0].getMessage()
+    assert stats.missing_metrics == {"cpu_user", "x.1"} and stats.as_dict()["missing_metrics"] == ["cpu_user", "x.1"]

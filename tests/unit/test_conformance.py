@@ -25,7 +25,7 @@ def examples(tmp: Path) -> dict[str, Operator]:
     contract.write_text(json.dumps(derive_contract(stream(400, seed=99), {"s": ["a", "b/c"], "t": ["d"]})))
     special: dict[str, Operator] = {
         "contract": ContractMonitor(str(contract)),
-        "reduce": Reduce(pursuit={"period": 100.0, "window": 5}, full_every=3),
+        "reduce": Reduce(pursuit={"period": 100.0, "window": 5}, full_every=3, forecast={"mode": "nws"}),
         "predict": ModelPredictor(str(DATA / "models" / "conformance.yaml"), samples=200),
         # a window the test stream fills, so the bounded-state check sees a full window
         "data_reduction": DataReduction(perf_metric="d", window=96),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 
 import numpy as np
@@ -112,3 +113,38 @@ def test_a_node_that_lags_gets_the_selection_of_its_samples_period() -> None:
             checked += 1
     assert checked > 0.8 * len(lagging)
     assert sum(not r["full"] for r in lagging) > 0.5 * len(lagging)  # reduced, not passed whole
+
+
+def test_forecasts_follow_the_kept_metrics_whatever_their_names() -> None:
+    """With forecast settings, every reduced row with a selection in force gets one forecast per
+    kept metric (a full period's extra metrics are not forecast; before the first selection,
+    nothing), on data whose metric names are not the demo's."""
+    batch, _ = smoothed()
+    batch = batch.with_values(batch.values, [f"m{j}.x" for j in range(len(batch.metrics))])  # any names
+    op = Reduce(pursuit={"period": 30.0, "window": 5}, full_every=5, forecast={"mode": "nws"})
+    outs = [op.update(batch.take(rows)) for rows in np.array_split(np.arange(len(batch)), 7)]
+    rows = [r for o in outs for r in reduced_rows(o)]
+    keep = {c["version"]: set(c["keep"]) for o in outs for c in o["control"]}
+    forecasts = [f for o in outs for f in o["forecast"]]
+    by_row: dict[tuple[str, float], set[str]] = {}
+    for f in forecasts:
+        by_row.setdefault((f["node"], f["ts"]), set()).add(f["metric"])
+    scored = [f for f in forecasts if f["sigma"] is not None]
+    assert scored and all(f["lower"] <= f["forecast"] <= f["upper"] for f in scored)
+    expected = {(r["node"], r["ts"]): keep[r["selection_version"]] for r in rows if r["selection_version"] >= 0}
+    assert len(expected) > 100 and any(r["full"] and r["selection_version"] >= 0 for r in rows)
+    assert by_row == expected  # exactly the kept set on every selected row (full or not), nothing else
+    assert len(forecasts) == sum(map(len, expected.values()))
+    # the forecast of a kept metric tracks it: mean absolute error below the metric's own spread
+    vals = {(r["node"], r["ts"], m): v for r in rows for m, v in r["metrics"].items()}
+    first = sorted(keep[0])[0]
+    nxt = sorted((f for f in forecasts if f["metric"] == first), key=lambda f: (f["node"], f["ts"]))
+    pairs = [(a, b) for a, b in itertools.pairwise(nxt) if a["node"] == b["node"]]
+    err = [abs(a["forecast"] - vals[(b["node"], b["ts"], b["metric"])]) for a, b in pairs]
+    spread = np.std([vals[(f["node"], f["ts"], f["metric"])] for f in nxt])
+    assert err and float(np.mean(err)) < spread
+
+
+def test_forecast_settings_take_no_metric_names() -> None:
+    with pytest.raises(ValueError, match="metrics it keeps"):
+        Reduce(pursuit={"period": 30.0}, forecast={"metrics": ["cpu_user"]})
