@@ -70,6 +70,26 @@ class Reduce(Router):
     forecast : dict or None
         Parameters of :class:`~perfsift.operators.forecast.forecast.ForecastBank` (``metrics`` is
         not one: the kept set is forecast); None (default) forecasts nothing.
+
+    Examples
+    --------
+    The data of :class:`~perfsift.operators.pursuit.pursuit.ProjectionPursuit`'s example: the first
+    period passes whole (nothing is selected yet), the second keeps ``bwrite`` only:
+
+    >>> import numpy as np
+    >>> from perfsift.operators import Batch
+    >>> rng = np.random.default_rng(0)
+    >>> t = np.repeat(np.arange(61.0), 8)
+    >>> node = np.tile([f"n{p}" for p in range(8)], 61)
+    >>> noise = rng.standard_normal((len(t), 3))
+    >>> values = np.c_[1 + 0.01 * noise[:, 0], np.where(node == "n0", 3.0, 1.0) + noise[:, 1],
+    ...                2 + 0.1 * t + 0.01 * noise[:, 2]]
+    >>> batch = Batch.from_columns(ts=t, nodes=node, metrics=["const", "bwrite", "trend"], values=values)
+    >>> out = Reduce(pursuit={"period": 30, "window": 1}).update(batch)
+    >>> [(b.metrics, float(b.ts.min()), float(b.ts.max())) for b in out["reduced"]]
+    [(('const', 'bwrite', 'trend'), 0.0, 29.0), (('bwrite',), 30.0, 59.0)]
+    >>> [c["keep"] for c in out["control"]]
+    [['bwrite']]
     """
 
     #: the reduced samples (a batch per job and period), selection records, control records, forecasts

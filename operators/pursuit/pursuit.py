@@ -83,6 +83,24 @@ class ProjectionPursuit(Decider):
         Windows between the evidence's snapshots: 2 (default) so that noise with a memory of a few
         samples does not pass for a difference; 1 where each input row is already the mean of a
         long window (the pipeline's thinned stream: one 10-sample mean per row).
+
+    Examples
+    --------
+    Eight nodes, 61 s: a constant with noise, a trend every node shares, and ``bwrite``, two of its
+    own noise higher on ``n0``. The first period keeps ``bwrite`` only, with its evidence:
+
+    >>> import numpy as np
+    >>> from perfsift.operators import Batch
+    >>> rng = np.random.default_rng(0)
+    >>> t = np.repeat(np.arange(61.0), 8)
+    >>> node = np.tile([f"n{p}" for p in range(8)], 61)
+    >>> noise = rng.standard_normal((len(t), 3))
+    >>> values = np.c_[1 + 0.01 * noise[:, 0], np.where(node == "n0", 3.0, 1.0) + noise[:, 1],
+    ...                2 + 0.1 * t + 0.01 * noise[:, 2]]
+    >>> batch = Batch.from_columns(ts=t, nodes=node, metrics=["const", "bwrite", "trend"], values=values)
+    >>> (record,) = ProjectionPursuit(period=30, window=1).update(batch)
+    >>> record["selected"], record["metric_p"]["bwrite"] < 1e-6, record["metric_p"]["const"]
+    (['bwrite'], True, 1.0)
     """
 
     output = "selection"

@@ -14,10 +14,7 @@ import perfsift
 
 FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
 #: operator modules allowed to have no example, with the reason (keep this empty where possible)
-EXEMPT: dict[str, str] = {
-    "perfsift.operators.pursuit.pursuit": "selection rewritten under #32: its example lands with it",
-    "perfsift.operators.reduce": "keeps what pursuit selects (#32): its example lands with it",
-}
+EXEMPT: dict[str, str] = {}
 
 
 def all_modules() -> list[str]:
