@@ -182,20 +182,28 @@ def _cells(ring: np.ndarray, ring_ts: np.ndarray, tau: float, end: float, memory
     period_of = np.searchsorted(starts, np.arange(bins), side="right") - 1
     cnt = np.zeros((k_n, memory, n))
     s1 = np.zeros((k_n, memory, n))
-    s2 = np.zeros((k_n, memory, n))
     first = (starts * dt / tau + 1e-9).astype(np.int64)  # the period each start opens
     cnt[:, first] = np.add.reduceat(have.astype(np.float64), starts, axis=1)
     s1[:, first] = np.add.reduceat(x0, starts, axis=1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        m = s1 / np.maximum(cnt, 1)
-        dev = np.where(have, x0 - m[:, first][:, period_of], 0.0)
-    s2[:, first] = np.add.reduceat(dev * dev, starts, axis=1)
+    # the noise: RMS of first differences (consecutive intervals of the same period). Through a
+    # sliding mean of w samples the differences (x_t - x_{t-w}) / w are correlated only w apart, so
+    # a period's m rows give ~m terms where the rows' own spread has ~m / w.
+    step = grid[:, 1:] - grid[:, :-1]
+    step_ok = ~np.isnan(step) & (period_of[1:] == period_of[:-1])[None, :, None]
+    d2 = np.zeros((k_n, bins, n))
+    d2[:, 1:] = np.where(step_ok, step * step, 0.0)
+    dc = np.zeros((k_n, bins, n))
+    dc[:, 1:] = step_ok
+    s2d = np.zeros((k_n, memory, n))
+    cd = np.zeros((k_n, memory, n))
+    s2d[:, first] = np.add.reduceat(d2, starts, axis=1)
+    cd[:, first] = np.add.reduceat(dc, starts, axis=1)
     # a cell counts with >= 2 rows and >= half the rows of the fullest node of its period (a node's
     # oldest period can be cut short by the ring, a joining node's first one by its start)
     valid = (cnt >= 2) & (cnt >= 0.5 * cnt.max(axis=0, keepdims=True))
     with np.errstate(invalid="ignore", divide="ignore"):
         mean = np.where(valid, s1 / cnt, np.nan)
-        sd = np.where(valid, np.sqrt(s2 / np.maximum(cnt - 1, 1)), np.nan)
+        sd = np.where(valid & (cd >= 1), np.sqrt(s2d / np.maximum(cd, 1)), np.nan)
     return mean, sd, valid
 
 
@@ -295,7 +303,8 @@ def name_nodes(
 
     def _signed(f: int, i: int) -> float:
         return float(z_level[i, f // 2]) if f % 2 == 0 else float(z_noise[i, f // 2])
-  # node × metric × {level, noise}
+
+    # node × metric × {level, noise}
     score = both.reshape(len(live), -1).max(axis=1)
     out: list[dict[str, Any]] = []
     for i in np.argsort(-score, kind="stable"):

@@ -15,7 +15,7 @@ import numpy as np
 from perfsift.operators.base import Decider
 from perfsift.operators.batch import Batch
 from perfsift.operators.pursuit import projection as pp
-from perfsift.operators.pursuit.deviants import node_deviants
+from perfsift.operators.pursuit.deviants import name_nodes, node_deviants
 from perfsift.operators.pursuit.projection import PursuitResult, across_processors, flat_diagnostics, projection_pursuit
 
 
@@ -465,6 +465,7 @@ class ProjectionPursuit(Decider):
             "node_z": {},
             "node_position": {},
             "deviants": [],
+            **name_nodes(st.ring, st.ring_ts, st.nodes, st.metrics, self.period, end),
             "diagnostics": {k: v for k, v in info.items() if v is not None},
         }
 
