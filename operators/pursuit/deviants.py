@@ -273,7 +273,8 @@ def name_nodes(
     periods, a scale that includes what smoothing, common trends and persistent node differences
     leave, is robust to the deviant node itself and, pooled over nodes × periods, steady even at 4
     nodes. A node is named when a z reaches :func:`naming_threshold` (Bonferroni over nodes ×
-    metrics × 3 at ``alpha``: the level two-sided, the noise one-sided). No memory of names: naming ends with the episode.
+    metrics × 3 at ``alpha``: the level two-sided, the noise one-sided). No memory of names: naming
+    ends with the episode.
     """
     empty: dict[str, Any] = {"deviant_nodes": [], "deviant_scores": {}, "deviant_threshold": None}
     if ring.size == 0 or not len(nodes) or not len(metrics):

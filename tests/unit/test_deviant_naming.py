@@ -3,10 +3,18 @@ of jobs of producers/episodes.py, and through the operator on the issue's trace 
 
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
 import pytest
+from perfsift.cli.pursuit import run_pursuit
+from perfsift.cli.ui import read_trace
+from perfsift.operators import ProjectionPursuit
 from perfsift.operators.pursuit.deviants import MEMORY, name_nodes
+from perfsift.producers.demo import demo_trace_path
 from perfsift.producers.episodes import KINDS, EpisodeJob, episode_job, trailing_mean
+from perfsift.producers.synth import spmd
+from perfsift.schemas import samples_to_batch
 
 TAU, W = 20.0, 5  # period (s) and smoothing window (samples) of 1-s samples: w·dt <= τ (docs/pursuit.md)
 SAMPLES = 480  # 24 periods
@@ -78,3 +86,35 @@ def test_a_strong_episode_is_named_in_its_first_period_and_stops_with_it() -> No
         assert d["node"] == node and d["score"] >= recs[p]["deviant_threshold"]
         assert d["metrics"][0]["metric"] == job.metrics[job.episodes[0].metrics[0]]
         assert d["metrics"][0]["kind"] == "level"
+
+
+def test_the_demo_names_the_bursty_writers_far_more_often_than_the_other_nodes() -> None:
+    """The bundled demo: n00, n04, n08, n12 burst in bwrite in 15 % of samples, the others in 2 %."""
+    op = ProjectionPursuit(period=30.0, window=5)  # the packaged pipeline's period and window
+    recs = run_pursuit(read_trace(demo_trace_path()), op, 5, show_progress=False)
+    named = Counter(d["node"] for r in recs for d in r["deviant_nodes"])
+    bursty = {"n00", "n04", "n08", "n12"}
+    writers = sum(c for n, c in named.items() if n in bursty)
+    others = sum(c for n, c in named.items() if n not in bursty)
+    assert writers >= 8 and writers >= 5 * others, named
+    assert all(d["metrics"][0]["metric"] == "bwrite" for r in recs for d in r["deviant_nodes"] if d["node"] in bursty)
+
+
+def test_the_issues_trace_names_the_writer_in_the_period_it_starts() -> None:
+    """Issue #32's 12-node trace: n05 writes 20x more from 100 to 150 s and from 220 to 240 s;
+    --window 10 --period 5. Named in the first period of each episode and then in every period until
+    the 10-s sliding mean has let go (w·dt = 2 periods after the end), no other node in most periods."""
+    t0 = 1.7e9
+    samples, _ = spmd("cactus", nodes=12, duration=300, seed=0, burst_rate=0.0, t0=t0)
+    for s in samples:
+        if s["node"] == "n05" and (100 <= s["ts"] - t0 < 150 or 220 <= s["ts"] - t0 < 240):
+            for m in ("disk_lwrite", "disk_pwrite"):
+                s["metrics"][m] *= 20
+    op = ProjectionPursuit(period=5.0, window=10, restarts=2)
+    recs = run_pursuit(samples_to_batch(samples), op, 10, show_progress=False)
+    at = {round(r["period_start"] - t0): {d["node"] for d in r["deviant_nodes"]} for r in recs}
+    inside = [*range(100, 150, 5), *range(220, 240, 5)]
+    assert all("n05" in at[a] for a in inside), {a: at[a] for a in inside}
+    assert all(a in inside or a in (150, 155, 240, 245) for a, names in at.items() if "n05" in names)
+    others = sum(bool(names - {"n05"}) for names in at.values())
+    assert others <= 0.05 * len(at)
