@@ -28,13 +28,18 @@ def residuals_from_others(grid: np.ndarray) -> np.ndarray:  # pragma: no cover -
                     c += 1
             if c < 2:
                 continue
-            for r in range(1, c):  # insertion sort of the few values, their nodes alongside
-                v, k = vals[r], who[r]
-                q = r - 1
-                while q >= 0 and vals[q] > v:
-                    vals[q + 1], who[q + 1] = vals[q], who[q]
-                    q -= 1
-                vals[q + 1], who[q + 1] = v, k
+            if c <= 64:
+                for r in range(1, c):  # insertion sort of the few values, their nodes alongside
+                    v, k = vals[r], who[r]
+                    q = r - 1
+                    while q >= 0 and vals[q] > v:
+                        vals[q + 1], who[q + 1] = vals[q], who[q]
+                        q -= 1
+                    vals[q + 1], who[q + 1] = v, k
+            else:
+                order = np.argsort(vals[:c])
+                vals[:c] = vals[:c][order]
+                who[:c] = who[:c][order]
             i1 = (c - 2) // 2  # the others are c - 1 values: their median's two middle positions
             i2 = (c - 1) // 2
             for r in range(c):
