@@ -49,7 +49,7 @@ def main() -> None:
     def stub(*_: Any, **__: Any) -> dict[str, Any]:
         return {"deviant_nodes": [], "deviant_scores": {}, "deviant_threshold": None}
 
-    pursuit_module.name_nodes = stub  # type: ignore[assignment]
+    pursuit_module.name_nodes = stub
     try:
         without = per_update(12, 12, 12)
     finally:

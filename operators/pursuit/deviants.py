@@ -150,6 +150,7 @@ def node_deviants(
 
 ALPHA = 0.01  # chance that a calm period names any node (Bonferroni over nodes × metrics × 3 sides)
 MEMORY = 8  # periods (the current one and up to 7 before it, as far as the ring reaches) pooled for the scale
+MIN_PERIODS = 3  # periods with rows pooled before anyone is named (the first ones of a job: no baseline yet)
 KINDS = ("level", "noise")
 MAD_EFFICIENCY = 0.37  # asymptotic efficiency of the MAD scale at the normal: ~0.37·N degrees of freedom
 
@@ -301,6 +302,10 @@ def name_nodes(
     if not used.any():
         return empty
     thr = naming_threshold(3 * len(live) * int(used.sum()), float(np.median(n_level[used])), alpha)
+    if int(valid.any(axis=(0, 2)).sum()) < MIN_PERIODS:
+        # a heavy-tailed metric's scale from one or two periods is too unsteady for the t correction
+        # (the demo's bwrite named 5 of its 12 calm-ish nodes in its first two periods)
+        thr = np.inf
     both = np.stack([np.abs(z_level), z_noise], axis=2)
 
     def _signed(f: int, i: int) -> float:
@@ -317,4 +322,4 @@ def name_nodes(
         named = [{"metric": metrics[f // 2], "kind": KINDS[f % 2], "z": _signed(f, i)} for f in top]
         out.append({"node": nodes[int(live[i])], "score": float(score[i]), "metrics": named})
     scores = {nodes[int(k)]: float(s) for k, s in zip(live, score, strict=True)}
-    return {"deviant_nodes": out, "deviant_scores": scores, "deviant_threshold": thr}
+    return {"deviant_nodes": out, "deviant_scores": scores, "deviant_threshold": thr if np.isfinite(thr) else None}
