@@ -156,6 +156,13 @@ def apart_section(f: Folder) -> tuple[bytes, str] | str:
         shown.append((worst, f"{worst['job']}: the period in which a node stood apart most, "
                              f"starting at {worst['period_start'] - t0:.0f} s"))  # fmt: skip
     caption = "<p class='note'>No node stood apart in any period.</p>" if not rows else ""
+    named: dict[str, int] = {}  # named on each period's own rows (deviant_nodes, issue #32)
+    for r in f.pursuit:
+        for d in r.get("deviant_nodes") or []:
+            named[d["node"]] = named.get(d["node"], 0) + 1
+    if named:
+        most = sorted(named.items(), key=lambda kv: (-kv[1], kv[0]))[:12]
+        caption += "<p>Named as they deviated (periods): " + ", ".join(f"{n} ({c})" for n, c in most) + "</p>"
     table = _table(["node", "periods apart", "period starts (s)", "largest z", "differs most in"], rows) if rows else ""
     return projection_scatter(shown), caption + table
 

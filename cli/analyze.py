@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
+import orjson
 import typer
 from perfsift.analysis.analyze import analyze
 from perfsift.analysis.report import build_report
@@ -67,7 +68,22 @@ def analyze_command(
             f"  {job}: kept {kept} (selection version {j['selection_version']}); "
             f"{j['values_out']:,} of {j['values_in']:,} values"
         )
+    for job, named in named_nodes(out_dir / "selection.jsonl").items():
+        out.print(f"  {job}: nodes named as they deviated (periods): " + ", ".join(f"{n} ({c})" for n, c in named[:8]))
     out.print(f"outputs in {out_dir}: " + ", ".join(sorted(p.name for p in out_dir.iterdir())))
+
+
+def named_nodes(selections: Path) -> dict[str, list[tuple[str, int]]]:
+    """Per job, the nodes the pursuit records name as deviating (``deviant_nodes``) and in how many
+    periods, most often first."""
+    counts: dict[str, dict[str, int]] = {}
+    if selections.exists():
+        for line in selections.read_bytes().splitlines():
+            r = orjson.loads(line)
+            for d in r.get("deviant_nodes") or []:
+                job = counts.setdefault(r["job"], {})
+                job[d["node"]] = job.get(d["node"], 0) + 1
+    return {job: sorted(c.items(), key=lambda kv: (-kv[1], kv[0])) for job, c in counts.items()}
 
 
 def report_command(

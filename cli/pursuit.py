@@ -67,6 +67,9 @@ def timeline_table(records: list[dict[str, Any]], title: str) -> Table:
 def apart_text(record: dict[str, Any]) -> str:
     """The nodes of a selection record that stand apart: ``n05 z=7.6 (disk_pwrite +846)``, one per line."""
     lines = []
+    for d in record.get("deviant_nodes") or []:  # named on this period's own rows (name_nodes)
+        why = ", ".join(f"{m['metric']} {m['kind']} z={m['z']:+.1f}" for m in d["metrics"][:2])
+        lines.append(f"{d['node']} named ({why})")
     for d in record.get("deviants") or []:
         top = ", ".join(f"{m['metric']} {m['deviation']:+.1f}" for m in d["metrics"][:2])
         lines.append(f"{d['node']} z={d['z']:.1f}" + (f" ({top})" if top else ""))
@@ -151,12 +154,18 @@ def pursuit(
     for r in done:
         for d in r.get("deviants") or []:
             apart[d["node"]] = apart.get(d["node"], 0) + 1
+    named: dict[str, int] = {}
+    for r in records:
+        for d in r.get("deviant_nodes") or []:
+            named[d["node"]] = named.get(d["node"], 0) + 1
     out.print(
         f"{len(records)} periods, {len(done)} analysed, {len(records) - len(done)} skipped; most often selected: "
         + (", ".join(f"{m} ({c})" for m, c in top) or "nothing")
         + f"; nothing differed in {sum(not r['selected'] for r in done)}"
         + "; nodes that stood apart: "
         + (", ".join(f"{n} ({c} period{'s' if c > 1 else ''})" for n, c in sorted(apart.items())) or "none")
+        + "; nodes named as they deviated (most often first): "
+        + (", ".join(f"{n} ({c})" for n, c in sorted(named.items(), key=lambda kv: -kv[1])[:8]) or "none")
     )
     if plot:
         for job in sorted({r["job"] for r in records}):

@@ -14,7 +14,7 @@ import numpy as np
 from perfsift.operators.base import Decider
 from perfsift.operators.batch import Batch
 from perfsift.operators.pursuit import projection as pp
-from perfsift.operators.pursuit.deviants import node_deviants
+from perfsift.operators.pursuit.deviants import name_nodes, node_deviants
 from perfsift.operators.pursuit.evidence import holm, metric_pvalues
 from perfsift.operators.pursuit.projection import PursuitResult, flat_diagnostics, projection_pursuit
 from perfsift.operators.pursuit.rows import JobState, RowConfig, stacked_rows
@@ -460,6 +460,7 @@ class ProjectionPursuit(Decider):
             "p_value": None,
             "reason": None,
             "metric_p": {},
+            **name_nodes(st.ring, st.ring_ts, st.nodes, st.metrics, self.period, end),
             "diagnostics": {k: v for k, v in info.items() if v is not None},
         }
 
