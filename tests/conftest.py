@@ -19,6 +19,8 @@ from perfsift.schemas.detect import decode_any
 from perfsift.streams.broker import EmbeddedBroker
 from perfsift.streams.clients import consumer_settings
 
+from tests.kafka_cluster import kafka_cluster  # noqa: F401 - the session's Apache Kafka cluster, on demand
+
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """``-n auto``: one worker per core, at most four. Each worker starts its own broker (about
