@@ -156,6 +156,26 @@ class KafkaCluster:
             )
         self.wait_ready()
 
+    def warm_up(self) -> None:
+        """Create the internal topics (__consumer_offsets, __transaction_state, RF 3) with one
+        transaction and one group commit: made lazily by the first client, they took the first
+        exactly-once worker past its 30 s init_transactions on a loaded 2-core machine."""
+        from confluent_kafka import Consumer, Producer, TopicPartition
+        from confluent_kafka.admin import AdminClient, NewTopic
+
+        props = {"bootstrap.servers": self.bootstrap, "log_level": 0}
+        admin = AdminClient(props)
+        for f in admin.create_topics([NewTopic("perfsift.warmup", 1, 3)]).values():
+            f.result(60)
+        p = Producer(props | {"transactional.id": "perfsift-warmup"})
+        p.init_transactions(120)
+        p.begin_transaction()
+        p.produce("perfsift.warmup", b"x")
+        p.commit_transaction(60)
+        c = Consumer(props | {"group.id": "perfsift-warmup", "enable.auto.commit": False})
+        c.commit(offsets=[TopicPartition("perfsift.warmup", 0, 1)], asynchronous=False)
+        c.close()
+
     def wait_ready(self, timeout: float = 120.0) -> None:
         """Until every running node is a registered broker and an RF-3 topic can be created."""
         from confluent_kafka.admin import AdminClient
@@ -199,7 +219,7 @@ class KafkaCluster:
                 p.terminate()
         for p in self.procs.values():
             try:
-                p.wait(30)
+                p.wait(10)  # a controlled shutdown of the last nodes can take a minute: not needed
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait(10)
@@ -208,6 +228,7 @@ class KafkaCluster:
     def __enter__(self) -> KafkaCluster:
         try:
             self.start()
+            self.warm_up()
         except BaseException:
             self.stop()
             raise
