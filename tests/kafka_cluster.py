@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import os
+import re
 import shutil
 import signal
 import socket
@@ -27,8 +28,9 @@ from pathlib import Path
 
 import pytest
 
-KAFKA_VERSION = "4.1.1"
 POM = Path(__file__).with_name("kafka-cluster.pom.xml")
+#: the broker's version: the pom's (also read by .ci/run)
+KAFKA_VERSION = re.search(r"<kafka.version>(.+)</kafka.version>", POM.read_text()).group(1)  # type: ignore[union-attr]
 HOST = "127.0.0.1"
 HEAP = os.environ.get("PERFSIFT_TEST_KAFKA_HEAP", "-Xmx256m -Xms64m")
 JVM = ["-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xss512k", "-Djava.awt.headless=true"]
