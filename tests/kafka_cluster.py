@@ -25,6 +25,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -165,7 +166,7 @@ class KafkaCluster:
         from confluent_kafka import Consumer, Producer, TopicPartition
         from confluent_kafka.admin import AdminClient, NewTopic
 
-        props = {"bootstrap.servers": self.bootstrap, "log_level": 0}
+        props: dict[str, Any] = {"bootstrap.servers": self.bootstrap, "log_level": 0}
         admin = AdminClient(props)
         for f in admin.create_topics([NewTopic("perfsift.warmup", 1, 3)]).values():
             f.result(60)
