@@ -152,7 +152,7 @@ class StageRunner:
         isolation = "read_committed" if self.exactly_once else "read_uncommitted"
         consumer = consumer_settings(self.kafka, self.group_id, isolation)
         consumer.setdefault("statistics.interval.ms", STATISTICS_INTERVAL_MS)
-        if "partition.assignment.strategy" not in self.kafka:
+        if "partition.assignment.strategy" not in self.kafka and consumer.get("group.protocol") != "consumer":
             consumer["partition.assignment.strategy"] = "range" if self.is_embedded() else "cooperative-sticky"
         txn_id = f"{self.group_id}.{self.instance}" if self.exactly_once else None
         producer = producer_settings(self.kafka, txn_id, negotiate=True)
@@ -165,9 +165,9 @@ class StageRunner:
     def run(self, idle_timeout_s: float | None = None) -> StageStats:
         """Consume until :meth:`stop` (or, if given, until no message came for ``idle_timeout_s``)."""
         consumer, producer = self.client_settings()
-        # librdkafka is cooperative only when every listed strategy is (cooperative-sticky is the one)
-        strategies = str(consumer["partition.assignment.strategy"]).replace(" ", "").split(",")
-        self.cooperative = all(s == "cooperative-sticky" for s in strategies)
+        # cooperative when every listed strategy is (cooperative-sticky), or under KIP-848 (none listed)
+        strategies = str(consumer.get("partition.assignment.strategy", "cooperative-sticky")).split(",")
+        self.cooperative = all(s.strip() == "cooperative-sticky" for s in strategies)
         log.info(
             "stage %s: kafka consumer %s; producer %s",
             self.stage.name,

@@ -430,6 +430,17 @@ def test_cooperative_scaling_1_2_3_2_keeps_unmoved_partitions_going(
         revoked = [r.stats.revoked_partitions for r in everyone]
         cooperative = [r.cooperative for r in everyone]
         guarantees = {r.guarantee for r in everyone}
+        stop.set()
+        pub.join(60)
+        published = samples[: sent[0]]
+        wanted = {(s["node"], s["seq"]) for s in published}
+        smoothed = cfg.topic("perf.smoothed")
+
+        # the two runners left take in the end of the stream before they stop
+        def complete() -> bool:
+            return {(r["node"], r["seq"]) for r in read_committed(kafka_cluster.bootstrap, smoothed)} >= wanted
+
+        wait_until(complete, 90, interval=2)
     finally:
         stop.set()
         for r in runners:
@@ -439,10 +450,9 @@ def test_cooperative_scaling_1_2_3_2_keeps_unmoved_partitions_going(
         pub.join(60)
     assert not failures, failures
     print(f"cooperative scaling: longest gap of an unmoved partition per step {[round(g, 2) for g in gaps]} s")
-    out = read_committed(kafka_cluster.bootstrap, cfg.topic("perf.smoothed"))
+    out = read_committed(kafka_cluster.bootstrap, smoothed)
     keys = Counter((r["node"], r["seq"]) for r in out)
-    published = samples[: sent[0]]
-    assert set(keys) == {(s["node"], s["seq"]) for s in published}
+    assert set(keys) == wanted
     assert max(keys.values()) == 1  # exactly once
     want = expected_means(published)
     for r in out:
@@ -454,3 +464,46 @@ def test_cooperative_scaling_1_2_3_2_keeps_unmoved_partitions_going(
     # (0.3-6.3 s seen on a loaded 2-core machine) include the new runner's warm-up in this process
     # (same interpreter lock) and the aborted transaction a generation change forces
     assert max(gaps) < 10.0, gaps
+
+
+def test_kip848_consumer_group_protocol_runs_a_stage(kafka_cluster: KafkaCluster, tmp_path: Path) -> None:
+    """``group.protocol: consumer`` (KIP-848, broker-side assignment): two runners share the six
+    partitions and every smoothed sample arrives once with the uninterrupted values."""
+    from tests.integration.test_stage import assert_close, expected_means, make_samples
+    from tests.integration.test_stage import write_pipeline as smooth_pipeline
+
+    path = smooth_pipeline(tmp_path, f"k{uuid.uuid4().hex[:6]}.", commit_interval_s=0.2)
+    text = path.read_text().replace("partitions: 3", "partitions: 6\nreplication: 3")
+    path.write_text(text + "kafka:\n  group.protocol: consumer\n")
+    cfg = load_pipeline(path)
+    props = {"bootstrap.servers": kafka_cluster.bootstrap}
+    create_pipeline_topics(cfg, props)
+    failures: list[BaseException] = []
+    runners = [StageRunner(cfg.stage("smooth"), cfg, props) for _ in range(2)]
+    threads = [run_in_thread(r, on_error=failures.append) for r in runners]
+    try:
+
+        def shared() -> bool:  # all six owned, by both runners
+            return sum(len(r.assigned()) for r in runners) == 6 and all(r.assigned() for r in runners)
+
+        split = wait_until(lambda: shared() or bool(failures), 60)
+        assert not failures, failures
+        assert split, [r.assigned() for r in runners]
+        samples = make_samples(n_nodes=12, steps=60)
+        p = Producer({**props, "enable.idempotence": True})
+        for s in samples:
+            p.produce(cfg.topic("perf.raw"), orjson.dumps(s), s["node"].encode())
+        assert p.flush(30) == 0
+        assert wait_until(lambda: sum(r.stats.records_in for r in runners) >= len(samples) or bool(failures), 60)
+        assert all(r.cooperative for r in runners)
+    finally:
+        for r in runners:
+            r.stop()
+        for t in threads:
+            t.join(30)
+    assert not failures, failures
+    out = read_committed(kafka_cluster.bootstrap, cfg.topic("perf.smoothed"))
+    assert Counter((r["node"], r["seq"]) for r in out) == Counter((s["node"], s["seq"]) for s in samples)
+    want = expected_means(samples)
+    for r in out:
+        assert_close(r["metrics"], want[(r["node"], r["seq"])])
