@@ -336,7 +336,7 @@ def test_aborted_transactions_rewind_to_the_last_commit(
     out = read_topic(committed, cfg.topic("perf.smoothed"), lambda r: len(r) > len(samples), timeout=5)
     runner.stop()
     thread.join(30)
-    assert calls["aborted"] >= 2
+    assert calls["aborted"] >= 1
     assert Counter((r["node"], r["seq"]) for r in out) == Counter((s["node"], s["seq"]) for s in samples)
     want = expected_means(samples)
     for rec in out:
