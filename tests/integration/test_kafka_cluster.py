@@ -3,10 +3,11 @@
 
 The kill -9 and broker-loss tests compare a disturbed run with an uninterrupted one of the same
 pipeline and input, streamed at the same time under another topic prefix (tests/kafka_cluster_io.py):
-a read_committed reader must see in the disturbed run exactly the records of the uninterrupted one,
-each once, with the same values. The scaling, KIP-848 and abort tests check each smoothed sample
-once against a direct computation of the sliding mean. All share one cluster (session fixture), and
-this one file keeps them on one xdist worker (--dist loadfile).
+a read_committed reader must see in the disturbed run the node stage's records of the uninterrupted
+one, each once, with the same values, and the select stage's keys, each once (OUTPUTS says why).
+The scaling, KIP-848 and abort tests check each smoothed sample once against a direct computation
+of the sliding mean. All share one cluster (session fixture), and this one file keeps them on one
+xdist worker (--dist loadfile).
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ pytestmark = pytest.mark.kafka_cluster
 
 def test_exactly_once_by_default_through_two_kill9s(kafka_cluster: KafkaCluster, tmp_path: Path) -> None:
     """guarantee auto -> exactly_once on Apache Kafka; the node stage killed twice and the select
-    stage once, mid-stream: every record once, the same values as the uninterrupted run."""
+    stage once, mid-stream: every record once, as in the uninterrupted run (OUTPUTS)."""
     total = len(JOBS) * 6 * DURATION
 
     kills: list[bool] = []
