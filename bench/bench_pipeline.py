@@ -64,9 +64,9 @@ def cpu_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, fl
     return {k: round(v - before.get(k, 0.0), 2) for k, v in after.items()}
 
 
-def start(cfg, props: dict, processes: bool) -> tuple[list[Any], Callable[[], None]]:  # type: ignore[no-untyped-def]
+def start(cfg, props: dict, processes: bool, embedded: bool = True) -> tuple[list[Any], Callable[[], None]]:  # type: ignore[no-untyped-def]
     """The stages as ``perfsift run`` starts them (one process each, or threads of this one)."""
-    runners, join = start_stages(cfg, props, True, processes, [])
+    runners, join = start_stages(cfg, props, embedded, processes, [])
     wait_assigned(runners, timeout=120)
     return runners, join
 
@@ -93,14 +93,18 @@ def publish_sweep(props: dict[str, str], topic: str, c: dict[str, Any], nodes: i
     return sent
 
 
-def throughput(n: int, processes: bool) -> dict[str, Any]:
+def throughput(
+    n: int, processes: bool, broker: Callable[[], Any] = EmbeddedBroker, replication: int = 1
+) -> dict[str, Any]:
+    """``broker()``: a context manager with ``bootstrap`` (an EmbeddedBroker, or a real cluster with
+    ``replication`` 3, where ``guarantee: auto`` means exactly-once: bench_cluster.py)."""
     nodes = 64
     _, c = spmd("sweep3d", nodes=nodes, duration=n // nodes, seed=1, cube=True)
-    with EmbeddedBroker() as b:
+    with broker() as b:
         props = {"bootstrap.servers": b.bootstrap}
-        cfg = with_overrides(load_pipeline(), topic_prefix="tp.")
+        cfg = with_overrides(load_pipeline(), topic_prefix=f"tp{uuid.uuid4().hex[:4]}.", replication=replication)
         create_pipeline_topics(cfg, props)
-        runners, join = start(cfg, props, processes)
+        runners, join = start(cfg, props, processes, embedded=broker is EmbeddedBroker)
         pids = {r.proc.pid: r.stage.name for r in runners if hasattr(r, "proc")}
         cpu0 = cpu_seconds(pids)
         t0 = time.monotonic()
@@ -146,7 +150,7 @@ def _hop(props: dict[str, str], src: str, dst: str | None, group: str, total: in
     done.set()
 
 
-def passthrough(n: int) -> dict[str, Any]:
+def passthrough(n: int, broker: Callable[[], Any] = EmbeddedBroker, replication: int = 1) -> dict[str, Any]:
     """The bare two-hop chain of the default topology (perf.raw -> one topic -> a consumer), one
     process per hop as perfsift run starts its stages: consume and produce, nothing else."""
     import multiprocessing as mp
@@ -154,9 +158,9 @@ def passthrough(n: int) -> dict[str, Any]:
     nodes = 64
     _, c = spmd("sweep3d", nodes=nodes, duration=n // nodes, seed=1, cube=True)
     ctx = mp.get_context("spawn")
-    with EmbeddedBroker() as b:
+    with broker() as b:
         props = {"bootstrap.servers": b.bootstrap}
-        cfg = with_overrides(load_pipeline(), topic_prefix="pt.")
+        cfg = with_overrides(load_pipeline(), topic_prefix=f"pt{uuid.uuid4().hex[:4]}.", replication=replication)
         create_pipeline_topics(cfg, props)
         raw, mid = cfg.topic("perf.raw"), cfg.topic("perf.smoothed.byjob")
         sent = len(c["t"]) * nodes

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from perfsift.operators import SnapshotError
 from perfsift.streams.clients import consumer_settings, where
 from perfsift.streams.limits import Guard
@@ -111,8 +111,10 @@ class Checkpoints:
         partitions: int,
         stage: str,
         chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+        snapshots: bool = True,
     ) -> None:
         self.kafka = kafka
+        self.snapshots = snapshots
         self.group_id = group_id
         self.topic = topic
         self.partitions = partitions
@@ -294,3 +296,46 @@ class Checkpoints:
             rec["slot"] = slot
             return rec
         return None
+
+    def rewind(
+        self,
+        consumer: Consumer,
+        owned: dict[tuple[str, int], Partition],
+        fresh: Callable[[], Partition],
+        fingerprint: str,
+    ) -> None:
+        """After an aborted transaction: every ``owned`` partition's state (replaced in place) as of
+        the last commit (its latest committed snapshot, or fresh), with the consumer seeked back
+        there, as if each were newly assigned. The aborted outputs, snapshots and offsets are gone, so the
+        records since then are processed again and their outputs written once."""
+        tps = [TopicPartition(t, p) for t, p in owned]
+        if not tps:
+            return
+        if self.snapshots:
+            parts, _ = self.resume(consumer, tps, fresh, fingerprint, read_committed=True)
+        else:
+            parts = {(tp.topic, tp.partition): fresh() for tp in tps}
+        committed = {c.partition: c.offset for c in consumer.committed([TopicPartition(t, p) for t, p in owned], 30)}
+        for tp in tps:
+            if tp.offset < 0:  # no snapshot: from the committed offset (the topic's start if none)
+                tp.offset = committed[tp.partition] if committed.get(tp.partition, -1) >= 0 else OFFSET_BEGINNING
+            consumer.seek(tp)
+        owned.update(parts)
+
+
+def commit_or_abort(producer: Producer, consumer: Consumer, offsets: list[TopicPartition]) -> bool:
+    """Commit the open transaction with the input ``offsets``; False when Kafka asked for an abort
+    (done here), e.g. ILLEGAL_GENERATION: a cooperative rebalance moved the group to a new
+    generation while the transaction was open (seen on Apache Kafka 4.1; the embedded broker runs
+    at-least-once). A fatal error (a fenced producer) raises."""
+    try:
+        producer.send_offsets_to_transaction(offsets, consumer.consumer_group_metadata(), 30)
+        producer.commit_transaction(30)
+    except KafkaException as exc:
+        err = exc.args[0]
+        if not (isinstance(err, KafkaError) and err.txn_requires_abort()):
+            raise
+        log.warning("transaction aborted (%s); the owned partitions go back to their last commit", err.str())
+        producer.abort_transaction(30)
+        return False
+    return True

@@ -97,6 +97,10 @@ def consumer_settings(props: Mapping[str, str], group: str, isolation: str = "re
     s = {**CONSUMER_DEFAULTS, "isolation.level": isolation, **props}
     if isolation == "read_committed":
         s["isolation.level"] = isolation
+    if s.get("group.protocol") == "consumer":  # KIP-848: the broker sets the session and assigns
+        for key in ("session.timeout.ms", "heartbeat.interval.ms"):
+            if key not in props:  # perfsift's classic-protocol defaults; a user's value stays (and is refused)
+                s.pop(key, None)
     return s | {"group.id": group, "enable.auto.commit": False, "logger": kafka_logger()}
 
 

@@ -11,10 +11,10 @@ runner commits:
   outputs: duplicates are possible, losses are not.
 - ``exactly_once``: outputs, snapshots and input offsets go into one Kafka transaction.
 
-Each input partition has its own operator chain, so state moves with the partition; its
-snapshots cost at most ``snapshot_share`` of the input bytes (:mod:`~perfsift.streams.checkpoint`).
-On assignment the runner restores the latest snapshot and resumes at its offset, replaying the
-records up to the committed offset silently: their outputs were written before.
+Each input partition has its own operator chain, so state moves with the partition; its snapshots cost at most
+``snapshot_share`` of the input bytes (:mod:`~perfsift.streams.checkpoint`). On assignment (and after an aborted
+transaction) the runner restores the latest snapshot and resumes at its offset, replaying the records up to the
+committed offset silently: their outputs were written before.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from perfsift.schemas.batches import decode_samples, warm_up_decoder
 from perfsift.streams.broker import is_embedded_cluster
-from perfsift.streams.checkpoint import Cadence, Checkpoints, Partition
+from perfsift.streams.checkpoint import Cadence, Checkpoints, Partition, commit_or_abort
 from perfsift.streams.clients import (
     STATISTICS_INTERVAL_MS,
     consumer_settings,
@@ -97,6 +97,7 @@ class StageRunner:
         self._dlq_topic = pipeline.topic(DEADLETTER_TOPIC)
         state = pipeline.topic(STATE_TOPIC), pipeline.partitions, stage.name, pipeline.snapshot_chunk_bytes
         self._checkpoints = Checkpoints(kafka, self.group_id, *state)
+        self._checkpoints.snapshots = pipeline.snapshots
         self._template = Chain(stage, pipeline.encoding, pipeline.framing)
         self._outputs = StageOutputs(pipeline, stage)  # registry subjects, OTLP out
         self._fingerprint = self._template.fingerprint()  # the template also serves the warm-up
@@ -152,7 +153,7 @@ class StageRunner:
         isolation = "read_committed" if self.exactly_once else "read_uncommitted"
         consumer = consumer_settings(self.kafka, self.group_id, isolation)
         consumer.setdefault("statistics.interval.ms", STATISTICS_INTERVAL_MS)
-        if "partition.assignment.strategy" not in self.kafka:
+        if "partition.assignment.strategy" not in self.kafka and consumer.get("group.protocol") != "consumer":
             consumer["partition.assignment.strategy"] = assignment_strategy(self.is_embedded())
         txn_id = f"{self.group_id}.{self.instance}" if self.exactly_once else None
         producer = producer_settings(self.kafka, txn_id, negotiate=True)
@@ -165,7 +166,8 @@ class StageRunner:
     def run(self, idle_timeout_s: float | None = None) -> StageStats:
         """Consume until :meth:`stop` (or, if given, until no message came for ``idle_timeout_s``)."""
         consumer, producer = self.client_settings()
-        self.strategy = str(consumer["partition.assignment.strategy"])
+        # cooperative when every listed strategy is (cooperative-sticky), or under KIP-848 (none listed)
+        self.strategy = str(consumer.get("partition.assignment.strategy", "cooperative-sticky"))
         self.cooperative = is_cooperative(self.strategy)
         log.info(
             "stage %s: kafka consumer %s; producer %s",
@@ -384,9 +386,9 @@ class StageRunner:
                     self._snapshot(tp, part, part.next_offset)  # type: ignore[arg-type]
         if self.exactly_once:
             self._ensure_transaction()
-            self._producer.send_offsets_to_transaction(offsets, self._consumer.consumer_group_metadata(), 30)
-            self._producer.commit_transaction(30)
-            self._in_txn = False
+            self._in_txn = False  # committed, or aborted and every owned partition back at its last commit:
+            if not commit_or_abort(self._producer, self._consumer, offsets):
+                return self._checkpoints.rewind(self._consumer, self._parts, self._fresh, self._fingerprint)
         else:
             self._flush_outputs()
             self._consumer.commit(offsets=offsets, asynchronous=False)

@@ -19,6 +19,8 @@ from perfsift.schemas.detect import decode_any
 from perfsift.streams.broker import EmbeddedBroker
 from perfsift.streams.clients import consumer_settings
 
+from tests.kafka_cluster import kafka_cluster  # noqa: F401 - the session's Apache Kafka cluster, on demand
+
 
 def pytest_configure(config: pytest.Config) -> None:
     """Fill numba's cache once, in the controller, before the xdist workers start: otherwise every
