@@ -43,7 +43,7 @@ from perfsift.streams.clients import (
 from perfsift.streams.config import PipelineConfig, StageConfig
 from perfsift.streams.limits import Guard
 from perfsift.streams.outputs import StageOutputs
-from perfsift.streams.stage import Chain, Emitted, StageError, StageStats, merge_summaries
+from perfsift.streams.stage import Chain, Emitted, StageError, StageStats, merge_summaries, step
 from perfsift.streams.topics import DEADLETTER_TOPIC, STATE_TOPIC
 
 log = logging.getLogger("perfsift.runner")
@@ -319,16 +319,10 @@ class StageRunner:
         if refused:
             gone = {row for row, _, _ in refused}
             kept = [k for row, k in enumerate(kept) if row not in gone]
-        if len(batch):
-            try:
-                emitted = part.chain.process(batch)
-            except Exception as exc:  # an operator failed on this batch: park its records, go on
-                log.exception("stage %s: operator failed on %s:%s", self.stage.name, topic, partition)
-                for i in dict.fromkeys(kept):  # a column frame's rows: its message once
-                    self._dead_letter(ms[pos[i]], f"processing failed: {type(exc).__name__}: {exc}"[:1000],
-                                      "operator_failed")  # fmt: skip
-            else:
-                self._emit(self._outputs.extend(emitted))
+        if len(batch):  # an operator error parks the batch's messages (a column frame's once)
+            failed = [ms[pos[i]] for i in dict.fromkeys(kept)]
+            park = lambda why: [self._dead_letter(m, why, "operator_failed") for m in failed]  # noqa: E731
+            step(part.chain, batch, self._emit, park, f"stage {self.stage.name}, {topic}:{partition}")
         part.next_offset = where(ms[-1])[2] + 1
         if self._silent:
             part.cadence.since += sum(len(v) for v in values if v is not None)
@@ -341,8 +335,10 @@ class StageRunner:
         part.cadence.since += self.stats.count_in(self.stage.input, values)
 
     def _emit(self, emitted: Emitted) -> None:
+        """Publish what the chain emitted, with the stage's own outputs (OTLP requests: ``otlp_out``)."""
         if self._silent:
             return
+        emitted = self._outputs.extend(emitted)
         self.stats.records_out += emitted.records
         self._ensure_transaction()
         assert self._producer is not None

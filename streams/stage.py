@@ -11,6 +11,7 @@ and an analysis write the same bytes.
 from __future__ import annotations
 
 import bisect
+import logging
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -233,6 +234,21 @@ class Chain:
                     field_ = key_of(t, kind)
                     result[t] = (values, [str(r[field_]).encode() for r in parts])
         return result, count
+
+
+def step(chain: Chain, batch: Batch, publish: Callable[[Emitted], None], park: Callable[[str], None], at: str) -> bool:
+    """The stage step, one for every runner (the ingest stage's too, issue #29): ``batch`` through
+    the partition's chain and what it emits to ``publish`` (the runner's ``_emit``: the stage's
+    outputs such as ``otlp_out`` added, produced, counted). An operator error does not stop the
+    worker: it is logged and ``park(reason)`` dead-letters the batch's records. True when the chain ran."""
+    try:
+        emitted = chain.process(batch)
+    except Exception as exc:  # an operator failed on this batch: park its records, go on
+        logging.getLogger("perfsift.stage").exception("operator failed on %s", at)
+        park(f"processing failed: {type(exc).__name__}: {exc}"[:1000])
+        return False
+    publish(emitted)
+    return True
 
 
 def encode_decisions(op: Decider, out: Batch | list[dict[str, Any]], encoding: str) -> tuple[list[bytes], list[bytes]]:
