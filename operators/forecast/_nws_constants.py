@@ -13,3 +13,6 @@ TRIM = 0.3  # share trimmed off each end by the trimmed means
 #: values (room for its largest w)
 SORTED_WINDOWS = (5, 31, 51, *(hi for _, _, hi, _ in ADAPTIVE))
 TIE = 1e-12  # errors within this relative distance of the minimum are ties
+#: a windowed error sum below this share of the running sum it is a difference of is summed from
+#: the scores' own errors instead (relative rounding error then <= ~1e-11, not lost to a huge prefix)
+PRECISE = 2.0**-17

@@ -23,7 +23,7 @@ import numpy.typing as npt
 from perfsift.operators._keyed import KeyedColumns, group_rows, grow
 from perfsift.operators.base import Decider, warm_batch
 from perfsift.operators.batch import Batch
-from perfsift.operators.forecast._nws_constants import ADAPTIVE, HISTORY, RING, SORTED_WINDOWS
+from perfsift.operators.forecast._nws_constants import ADAPTIVE, HISTORY, PRECISE, RING, SORTED_WINDOWS
 from perfsift.operators.forecast._nws_rows import (
     first_min,
     last_values,
@@ -31,6 +31,7 @@ from perfsift.operators.forecast._nws_rows import (
     row_mean,
     row_median,
     trimmed_mean,
+    window_sums,
 )
 from perfsift.operators.rounding import forecast_bounds
 
@@ -130,6 +131,7 @@ class ForecastBank(Decider):
         self.n_series_ = 0
         self._alloc(0)
 
+    STATE_VERSION = 2  # 2: each score's own errors (err_se, err_ae) beside the running sums
     _ARRAYS = (
         "hist",
         "pos",
@@ -144,6 +146,8 @@ class ForecastBank(Decider):
         "run_ae",
         "ring_se",
         "ring_ae",
+        "err_se",
+        "err_ae",
         "scores",
         "sel_pending",
         "sel_se",
@@ -169,12 +173,14 @@ class ForecastBank(Decider):
         self.pending_ = full((n, N_PRIMARY), np.nan)  # forecasts of the next value
         self.cum_se_ = full((n, N_PRIMARY), 0.0)
         self.cum_ae_ = full((n, N_PRIMARY), 0.0)
-        # windowed errors: running sums (re-based every 1000 scores) and their values after each score
         self.run_se_ = full((n, N_PRIMARY), 0.0)
         self.run_ae_ = full((n, N_PRIMARY), 0.0)
-        # running sums after each score; [series, slot, primary] so one slot is one contiguous row
+        # windowed errors: running sums (re-based every 1000 scores) and, [series, slot, primary], after each score
         self.ring_se_ = full((n, RING, N_PRIMARY), 0.0)
         self.ring_ae_ = full((n, RING, N_PRIMARY), 0.0)
+        # each score's own errors by slot: windows whose prefix difference loses precision sum these
+        self.err_se_ = full((n, RING, N_PRIMARY), 0.0)
+        self.err_ae_ = full((n, RING, N_PRIMARY), 0.0)
         self.scores_ = full((n,), 0, np.int64)
         self.sel_pending_ = full((n, N_SELECTOR), np.nan)
         self.sel_se_ = full((n, N_SELECTOR), 0.0)
@@ -244,6 +250,8 @@ class ForecastBank(Decider):
             self.run_ae_,
             self.ring_se_,
             self.ring_ae_,
+            self.err_se_,
+            self.err_ae_,
             self.scores_,
             self.sel_pending_,
             self.sel_se_,
@@ -291,6 +299,8 @@ class ForecastBank(Decider):
         slot = k % RING
         self.ring_se_[s, slot] = self.run_se_[s]
         self.ring_ae_[s, slot] = self.run_ae_[s]
+        self.err_se_[s[scored], slot[scored]] = (err * err)[scored]
+        self.err_ae_[s[scored], slot[scored]] = np.abs(err)[scored]
         sel = self.sel_pending_[s]
         sel_ok = ~np.isnan(sel)
         sel_err = np.where(sel_ok, sel - x[:, None], 0.0)
@@ -378,15 +388,21 @@ class ForecastBank(Decider):
         cannot = np.isnan(self.pending_[s])
         out = {}
         with np.errstate(all="ignore"):
-            for kind, cum, run, ring in (
-                ("mse", self.cum_se_, self.run_se_, self.ring_se_),
-                ("mae", self.cum_ae_, self.run_ae_, self.ring_ae_),
+            for kind, cum, run, ring, each in (
+                ("mse", self.cum_se_, self.run_se_, self.ring_se_, self.err_se_),
+                ("mae", self.cum_ae_, self.run_ae_, self.ring_ae_, self.err_ae_),
             ):
                 out[(kind, 0)] = cum[s] / k[:, None]
                 now = run[s]
+                big = now.max(axis=1)
                 for w in WINDOWS:
                     weff = np.minimum(w, k)
-                    out[(kind, w)] = (now - ring[s, (k - weff) % RING]) / weff[:, None]
+                    total = now - ring[s, (k - weff) % RING]
+                    # a window sum far below its prefix lost precision to it (1e9 jumps): sum its own errors
+                    direct = (big > 0) & (total.min(axis=1) <= big * PRECISE)
+                    if direct.any():
+                        total[direct] = window_sums(each, s[direct], k[direct], weff[direct])
+                    out[(kind, w)] = total / weff[:, None]
         for err in out.values():
             err[np.isnan(err) | cannot] = np.inf
         return out
