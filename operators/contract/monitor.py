@@ -98,8 +98,10 @@ class ContractMonitor(Decider):
         A contract (see :func:`derive_contract`) or the path of a contract JSON file.
     metric : str
         ``"chebyshev"`` (nearest class by the largest deviation) or ``"euclid"``.
-    combine : str
-        ``"max"`` or ``"mean"`` of the dimensions' levels.
+    combine, weights : str, dict, optional
+        ``"max"``, ``"mean"`` or ``"weighted"`` (§4.6) of the dimensions' levels; ``weights`` maps
+        ``"space:dimension"`` to a weight (1 for a dimension not named), used by ``"weighted"``:
+        ``v = Σ w_j v_j / Σ w_j``.
     theta_on, theta_off, k_persist : float, float, int
         Raise when the smoothed level is >= theta_on for k_persist rows; clear below theta_off.
     capability_forecasts : dict, optional
@@ -124,6 +126,7 @@ class ContractMonitor(Decider):
         theta_off: float = 0.3,
         k_persist: int = 2,
         capability_forecasts: dict[str, str] | None = None,
+        weights: dict[str, float] | None = None,
     ) -> None:
         self.contract = contract
         self.metric = metric
@@ -132,6 +135,7 @@ class ContractMonitor(Decider):
         self.theta_off = theta_off
         self.k_persist = k_persist
         self.capability_forecasts = capability_forecasts
+        self.weights = weights
 
     def reset(self) -> None:
         doc = self.contract
@@ -141,8 +145,8 @@ class ContractMonitor(Decider):
             doc = load_contract(doc)
         else:
             check_contract(doc)
-        if self.metric not in ("chebyshev", "euclid") or self.combine not in ("max", "mean"):
-            raise ValueError("metric must be chebyshev|euclid and combine max|mean")
+        if self.metric not in ("chebyshev", "euclid") or self.combine not in ("max", "mean", "weighted"):
+            raise ValueError("metric must be chebyshev|euclid and combine max|mean|weighted")
         self.doc_ = doc
         self.spaces_ = [
             (
@@ -154,6 +158,10 @@ class ContractMonitor(Decider):
             for sp in doc["spaces"]
         ]
         self.dim_names_ = [f"{name}:{d.expr}" for name, dims, _, _ in self.spaces_ for d in dims]
+        unknown = sorted(set(self.weights or {}) - set(self.dim_names_))
+        if unknown or any(not w >= 0 for w in (self.weights or {}).values()):
+            raise ValueError(f"weights: non-negative numbers for dimensions {self.dim_names_}; not found: {unknown}")
+        self.weights_ = np.array([float((self.weights or {}).get(n, 1.0)) for n in self.dim_names_])
         rb = Rulebase.parse(doc.get("rulebase", DEFAULT_RULEBASE), "contract rulebase")
         self.lut_x_, self.lut_y_ = rb.table()
         self.caps_ = doc.get("capabilities") or {}
@@ -192,7 +200,10 @@ class ContractMonitor(Decider):
         safe = np.where(np.isnan(lev), -np.inf, lev)
         driver = np.where(unknown, -1, np.argmax(safe, axis=1)) if lev.shape[1] else np.full(k, -1)
         with np.errstate(all="ignore"):
-            violation = lev.max(axis=1) if self.combine == "max" else lev.mean(axis=1)
+            if self.combine == "weighted":
+                violation = lev @ self.weights_ / self.weights_.sum()
+            else:
+                violation = lev.max(axis=1) if self.combine == "max" else lev.mean(axis=1)
         violation[unknown] = np.nan
 
         smoothed, state = self.tracker_.update(self.cols_.row_keys(batch) if k else np.zeros(0, np.int64), violation)

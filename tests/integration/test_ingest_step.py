@@ -77,12 +77,14 @@ stages:
     assert [d["reason"][:38] for d in dead] == ["processing failed: ValueError: multipl"]
     assert orjson.loads(base64.b64decode(dead[0]["value"]))["metrics"] == {"cyc": 5.0}
     assert runner.stats.dead_by_reason == {"operator_failed": 1}
-    names = set()
+    points = 0  # one OTLP request per (job, node) and batch; one forecast point per forecast record
     for m in otlp:
         rm = ExportMetricsServiceRequest.FromString(m.value()).resource_metrics[0]
         assert {a.key: a.value.string_value for a in rm.resource.attributes}["host.name"] == "n1"
-        names |= {metric.name for sm in rm.scope_metrics for metric in sm.metrics}
-    assert n_otlp >= 11 and "perfsift.forecast" in names
+        points += sum(
+            len(x.gauge.data_points) for sm in rm.scope_metrics for x in sm.metrics if x.name == "perfsift.forecast"
+        )
+    assert n_otlp >= 1 and points == runner.stats.by_topic["perf.forecast"] >= 11
     read = {
         s.labels["topic"]: s.value
         for f in text_string_to_metric_families(text)

@@ -117,3 +117,15 @@ def test_exathlon_nmon_names_make_a_contract_and_the_error_says_what_it_parsed()
     assert "metric 'CPU_ALL_User%/CPU_ALL_Sys%'; metric 'NET_ib0-read-KB/s'" in text
     assert "not in the baseline: ['CPU_ALL_User%/CPU_ALL_Sys%']" in text
     assert "write 'CPU_ALL_User% / CPU_ALL_Sys%'" in text
+
+
+def test_weighted_combination_of_dimension_levels() -> None:
+    """combine: weighted (§4.6): v = Σ w_j v_j / Σ w_j over the dimensions' levels."""
+    c = {"spaces": [{"name": "s", "dims": ["x", "y"], "classes": [{"centroid": [2.0, 2.0], "tolerance": [0.1, 0.1]}]}]}
+    b = Batch.from_columns(ts=[0.0], nodes=["a"], metrics=["x", "y"], values=[[10**2.1, 100.0]])  # x at d=1, y at 0
+    levels = {comb: ContractMonitor(c, combine=comb, weights={"s:x": 3.0}).update(b).extra["violation"][0]
+              for comb in ("max", "mean", "weighted")}  # fmt: skip
+    assert levels["max"] == pytest.approx(1.0) and levels["mean"] == pytest.approx(0.5)
+    assert levels["weighted"] == pytest.approx(0.75)
+    with pytest.raises(ValueError, match="not found: \\['s:z'\\]"):
+        ContractMonitor(c, combine="weighted", weights={"s:z": 1.0}).reset()
