@@ -321,7 +321,7 @@ class StageRunner:
             kept = [k for row, k in enumerate(kept) if row not in gone]
         if len(batch):  # an operator error parks the batch's messages (a column frame's once)
             failed = [ms[pos[i]] for i in dict.fromkeys(kept)]
-            park = lambda why: [self._dead_letter(m, why, "operator_failed") for m in failed]  # noqa: E731
+            park = lambda why: self._dead_letters(failed, why, "operator_failed")  # noqa: E731
             step(part.chain, batch, self._emit, park, f"stage {self.stage.name}, {topic}:{partition}")
         part.next_offset = where(ms[-1])[2] + 1
         if self._silent:
@@ -351,6 +351,10 @@ class StageRunner:
                 except BufferError:  # local queue full: the slow path waits and retries
                     self._produce(topic, value, key)
         self.stats.count_out(emitted.topics)
+
+    def _dead_letters(self, msgs: list[Message], reason: str, kind: str) -> None:
+        for m in msgs:
+            self._dead_letter(m, reason, kind)
 
     def _dead_letter(self, msg: Message, reason: str, kind: str) -> None:
         """Park ``msg`` on the dead-letter topic with ``reason`` (the record's text) counted under
