@@ -129,3 +129,17 @@ def test_weighted_combination_of_dimension_levels() -> None:
     assert levels["weighted"] == pytest.approx(0.75)
     with pytest.raises(ValueError, match="not found: \\['s:z'\\]"):
         ContractMonitor(c, combine="weighted", weights={"s:z": 1.0}).reset()
+
+
+def test_the_issue_command_derives_a_contract_from_nmon_names(tmp_path: Path) -> None:
+    import json
+
+    from perfsift.cli import app
+    from typer.testing import CliRunner
+
+    out = tmp_path / "c.json"
+    r = CliRunner().invoke(
+        app, ["contract", "derive", str(EXATHLON), "-s", "net=NET_ib0-read-KB/s,NET_ib0-write-KB/s", "-o", str(out)]
+    )
+    assert r.exit_code == 0, r.output
+    assert json.loads(out.read_text())["spaces"][0]["dims"] == ["NET_ib0-read-KB/s", "NET_ib0-write-KB/s"]
