@@ -18,7 +18,7 @@ from perfsift.schemas import samples_to_batch
 from bench.common import write_result
 
 SPACES = {
-    "intrinsic": ["instructions_per_s/flops_per_s", "messages_per_s/bytes_per_s"],
+    "intrinsic": ["instructions_per_s / flops_per_s", "messages_per_s / bytes_per_s"],
     "execution": ["instructions_per_s", "messages_per_s"],
 }
 

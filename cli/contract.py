@@ -38,7 +38,9 @@ def derive(
         typer.Option(
             "--space",
             "-s",
-            help="NAME=DIM[,DIM...]; DIM is METRIC or METRIC/METRIC, optionally @UNIT for capability scaling.",
+            help="NAME=DIM[,DIM...]; DIM is METRIC or a ratio 'METRIC / METRIC' (a slash between spaces; "
+            "a slash inside a name such as NET_ib0-read-KB/s is part of it), optionally @UNIT for capability "
+            "scaling; \"quote\" a name holding ' / ', a comma or @.",
         ),
     ],
     output: Annotated[Path, typer.Option("--output", "-o", help="Contract file to write (JSON).")],

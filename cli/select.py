@@ -14,7 +14,8 @@ from perfsift.analysis.evaluation import RegressionTable, evaluate_reduction, no
 from perfsift.analysis.plots import plot_sweep
 from perfsift.cli.ui import fail, out, read_trace, write_jsonl
 from perfsift.operators import ForecastBank
-from perfsift.operators.forecast.forecast import PRIMARIES, forecast_records
+from perfsift.operators.forecast.forecast import PRIMARIES
+from perfsift.operators.forecast.records import forecast_records
 from perfsift.operators.reduction.reduction import bucket_rows
 from perfsift.operators.reduction.regression import expand_predictors
 from rich.table import Table

@@ -26,7 +26,8 @@ from typing import Any, ClassVar
 import numpy as np
 from perfsift.operators.base import Router
 from perfsift.operators.batch import Batch
-from perfsift.operators.forecast.forecast import ForecastBank, forecast_records
+from perfsift.operators.forecast.forecast import ForecastBank
+from perfsift.operators.forecast.records import forecast_records
 from perfsift.operators.pursuit.pursuit import ProjectionPursuit
 from perfsift.operators.reduction.reduction import DataReduction
 

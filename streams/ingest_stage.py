@@ -33,7 +33,7 @@ from perfsift.streams.checkpoint import Checkpoints, Partition
 from perfsift.streams.clients import dead_letter_record, where
 from perfsift.streams.config import PipelineConfig, StageConfig
 from perfsift.streams.runner import StageRunner
-from perfsift.streams.stage import Chain
+from perfsift.streams.stage import Chain, step
 
 log = logging.getLogger("perfsift.ingest")
 
@@ -131,8 +131,17 @@ class IngestRunner(StageRunner):
             self.stats.dead_letter(reason)
             self._produce(self._dlq_topic, dead_letter_record(self.stage.name, self._in_topic, -1, -1, node.encode(),
                                                               value, detail), node.encode())  # fmt: skip
-        if len(batch):
-            self._emit(part.chain.process(batch))
+        if len(batch):  # the runner's stage step: OTLP out, and an operator error parks the samples
+            gone = {row for row, _, _ in refused}
+
+            def park(why: str) -> None:
+                for job, node, ts, metrics in (x for row, x in enumerate(samples) if row not in gone):
+                    value = orjson.dumps({"ts": ts, "node": node, "job": job, "metrics": metrics})
+                    self.stats.dead_letter("operator_failed")
+                    rec = dead_letter_record(self.stage.name, self._in_topic, -1, -1, node.encode(), value, why)
+                    self._produce(self._dlq_topic, rec, node.encode())
+
+            step(part.chain, batch, self._emit, park, f"ingest stage {self.stage.name}")
         part.dirty = True  # the assembler changed: its snapshot goes with the next commit
 
     def _process_partition(self, tp: tuple[str, int], part: Partition, ms: list[Message]) -> None:
@@ -175,7 +184,7 @@ class IngestRunner(StageRunner):
         if samples:
             self._publish(part, asm, samples)
         self.stats.records_in += len(ms)
-        self.stats.bytes_in += sum(len(m.value() or b"") for m in ms)
+        part.cadence.since += self.stats.count_in(self.stage.input, [m.value() for m in ms])
 
 
 def http_routes(runner: StageRunner) -> dict[str, Any]:

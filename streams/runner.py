@@ -45,7 +45,7 @@ from perfsift.streams.group import JOIN_TIMEOUT_S, assignment_strategy, is_coope
 from perfsift.streams.group import wait_assigned as wait_assigned  # re-exported: where callers found it
 from perfsift.streams.limits import Guard
 from perfsift.streams.outputs import StageOutputs
-from perfsift.streams.stage import Chain, Emitted, StageError, StageStats, merge_summaries, note_missing
+from perfsift.streams.stage import Chain, Emitted, StageError, StageStats, merge_summaries, note_missing, step
 from perfsift.streams.topics import DEADLETTER_TOPIC, STATE_TOPIC
 
 log = logging.getLogger("perfsift.runner")
@@ -324,17 +324,11 @@ class StageRunner:
         if refused:
             gone = {row for row, _, _ in refused}
             kept = [k for row, k in enumerate(kept) if row not in gone]
-        if len(batch):
-            try:
-                emitted = part.chain.process(batch)
-            except Exception as exc:  # an operator failed on this batch: park its records, go on
-                log.exception("stage %s: operator failed on %s:%s", self.stage.name, topic, partition)
-                for i in dict.fromkeys(kept):  # a column frame's rows: its message once
-                    self._dead_letter(ms[pos[i]], f"processing failed: {type(exc).__name__}: {exc}"[:1000],
-                                      "operator_failed")  # fmt: skip
-            else:
-                self._emit(self._outputs.extend(emitted))
-                note_missing(part.chain, self.stats)
+        if len(batch):  # an operator error parks the batch's messages (a column frame's once)
+            failed = [ms[pos[i]] for i in dict.fromkeys(kept)]
+            park = lambda why: self._dead_letters(failed, why, "operator_failed")  # noqa: E731
+            step(part.chain, batch, self._emit, park, f"stage {self.stage.name}, {topic}:{partition}")
+            note_missing(part.chain, self.stats)
         part.next_offset = where(ms[-1])[2] + 1
         if self._silent:
             part.cadence.since += sum(len(v) for v in values if v is not None)
@@ -347,8 +341,10 @@ class StageRunner:
         part.cadence.since += self.stats.count_in(self.stage.input, values)
 
     def _emit(self, emitted: Emitted) -> None:
+        """Publish what the chain emitted, with the stage's own outputs (OTLP requests: ``otlp_out``)."""
         if self._silent:
             return
+        emitted = self._outputs.extend(emitted)
         self.stats.records_out += emitted.records
         self._ensure_transaction()
         assert self._producer is not None
@@ -361,6 +357,10 @@ class StageRunner:
                 except BufferError:  # local queue full: the slow path waits and retries
                     self._produce(topic, value, key)
         self.stats.count_out(emitted.topics)
+
+    def _dead_letters(self, msgs: list[Message], reason: str, kind: str) -> None:
+        for m in msgs:
+            self._dead_letter(m, reason, kind)
 
     def _dead_letter(self, msg: Message, reason: str, kind: str) -> None:
         """Park ``msg`` on the dead-letter topic with ``reason`` (the record's text) counted under

@@ -262,6 +262,21 @@ class Chain:
         return result, count
 
 
+def step(chain: Chain, batch: Batch, publish: Callable[[Emitted], None], park: Callable[[str], None], at: str) -> bool:
+    """The stage step, one for every runner (the ingest stage's too, issue #29): ``batch`` through
+    the partition's chain and what it emits to ``publish`` (the runner's ``_emit``: the stage's
+    outputs such as ``otlp_out`` added, produced, counted). An operator error does not stop the
+    worker: it is logged and ``park(reason)`` dead-letters the batch's records. True when the chain ran."""
+    try:
+        emitted = chain.process(batch)
+    except Exception as exc:  # an operator failed on this batch: park its records, go on
+        logging.getLogger("perfsift.stage").exception("operator failed on %s", at)
+        park(f"processing failed: {type(exc).__name__}: {exc}"[:1000])
+        return False
+    publish(emitted)
+    return True
+
+
 def encode_decisions(op: Decider, out: Batch | list[dict[str, Any]], encoding: str) -> tuple[list[bytes], list[bytes]]:
     """A decider's output as (encoded records, message keys), keyed by its kind's key field."""
     columnar = COLUMNAR_JSON.get(op.output) if encoding == "json" and isinstance(out, Batch) else None

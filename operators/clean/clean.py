@@ -335,40 +335,41 @@ class Clean(Transformer):
         self._grow(len(self.cols_.keys), len(self.cols_.metrics))
         ix = dict(zip(sorted(wanted), cols.tolist(), strict=True))
         values = batch.values.copy()
-        order = np.argsort(keys, kind="stable")
         width = None if self.counter_width is None else float(2**self.counter_width)
 
-        def deltas(name: str) -> np.ndarray:
-            """Per-row difference to the previous sample of the same key (state carried over)."""
-            j = batch.metrics.index(name)
-            c = ix[name]
-            x = values[:, j]
-            d = np.full(len(x), np.nan)
-            for r in order.tolist():  # rows of one key in arrival order
-                key = keys[r]
-                prev = self.raw_last_[key, c]
-                if x[r] == x[r]:
-                    if prev == prev:
-                        d[r] = x[r] - prev
-                    self.raw_last_[key, c] = x[r]
-            return d
+        def step(names: list[str]) -> tuple[list[np.ndarray], np.ndarray]:
+            """Per-row differences of ``names`` and of the time to the previous sample of the same
+            key where *all* of them were present (state carried over between batches). A row with
+            any of them missing gives NaN and leaves the state alone, so Δcount and Δt always span
+            the same interval: across a missing sample, on rows that carry other metrics only, and
+            for a multiplexed event whose count is missing while its times are present."""
+            js = [batch.metrics.index(n) for n in names]
+            cs = [ix[n] for n in names]
+            xs = values[:, js]
+            rows = np.flatnonzero(~np.isnan(xs).any(axis=1))
+            rows = rows[np.argsort(keys[rows], kind="stable")]  # rows of one key in arrival order
+            k = keys[rows]
+            first = np.ones(len(rows), dtype=bool)
+            first[1:] = k[1:] != k[:-1]
+            last = np.ones(len(rows), dtype=bool)
+            last[:-1] = k[1:] != k[:-1]
 
-        def dt_of(name: str) -> np.ndarray:
-            c = ix[name]
-            dt = np.full(len(batch), np.nan)
-            for r in order.tolist():
-                key = keys[r]
-                prev = self.raw_ts_[key, c]
-                if prev == prev:
-                    dt[r] = batch.ts[r] - prev
-                self.raw_ts_[key, c] = batch.ts[r]
-            return dt
+            def diff(state: np.ndarray, c: int, v: np.ndarray) -> np.ndarray:
+                prev = np.empty(len(v))
+                prev[1:] = v[:-1]
+                prev[first] = state[k[first], c]
+                state[k[last], c] = v[last]
+                out = np.full(len(batch), np.nan)
+                out[rows] = v - prev
+                return out
+
+            ds = [diff(self.raw_last_, c, xs[rows, q]) for q, c in enumerate(cs)]
+            return ds, diff(self.raw_ts_, cs[0], batch.ts[rows].astype(float))
 
         for m in ctr:
             if m in mux:
                 continue
-            dt = dt_of(m)
-            d = deltas(m)
+            (d,), dt = step([m])
             self._wrap(d, width, m, values[:, batch.metrics.index(m)], flags)
             with np.errstate(divide="ignore", invalid="ignore"):
                 values[:, batch.metrics.index(m)] = np.where(dt > 0, d / dt, np.nan)
@@ -377,14 +378,12 @@ class Clean(Transformer):
             en, run = f"{m}:enabled", f"{m}:running"
             if en not in batch.metrics or run not in batch.metrics:
                 raise ValueError(f"multiplexed event {m!r} needs the columns {en!r} and {run!r}")
-            d = deltas(m)
+            (d, de, dr), dt = step([m, en, run])
             self._wrap(d, width, m, values[:, batch.metrics.index(m)], flags)
-            de, dr = deltas(en), deltas(run)
             with np.errstate(divide="ignore", invalid="ignore"):
                 scaled = np.where(dr > 0, d * de / dr, np.nan)
                 coverage = dr / de
             if m in ctr:
-                dt = dt_of(m)
                 with np.errstate(divide="ignore", invalid="ignore"):
                     scaled = np.where(dt > 0, scaled / dt, np.nan)
             for r in np.flatnonzero(coverage < self.low_coverage).tolist():

@@ -98,8 +98,10 @@ class ContractMonitor(Decider):
         A contract (see :func:`derive_contract`) or the path of a contract JSON file.
     metric : str
         ``"chebyshev"`` (nearest class by the largest deviation) or ``"euclid"``.
-    combine : str
-        ``"max"`` or ``"mean"`` of the dimensions' levels.
+    combine, weights : str, dict, optional
+        ``"max"``, ``"mean"`` or ``"weighted"`` (§4.6) of the dimensions' levels; ``weights`` maps
+        ``"space:dimension"`` to a weight (1 for a dimension not named), used by ``"weighted"``:
+        ``v = Σ w_j v_j / Σ w_j``.
     theta_on, theta_off, k_persist : float, float, int
         Raise when the smoothed level is >= theta_on for k_persist rows; clear below theta_off.
     capability_forecasts : dict, optional
@@ -141,6 +143,7 @@ class ContractMonitor(Decider):
         theta_off: float = 0.3,
         k_persist: int = 2,
         capability_forecasts: dict[str, str] | None = None,
+        weights: dict[str, float] | None = None,
     ) -> None:
         self.contract = contract
         self.metric = metric
@@ -149,6 +152,7 @@ class ContractMonitor(Decider):
         self.theta_off = theta_off
         self.k_persist = k_persist
         self.capability_forecasts = capability_forecasts
+        self.weights = weights
 
     def reset(self) -> None:
         doc = self.contract
@@ -158,8 +162,8 @@ class ContractMonitor(Decider):
             doc = load_contract(doc)
         else:
             check_contract(doc)
-        if self.metric not in ("chebyshev", "euclid") or self.combine not in ("max", "mean"):
-            raise ValueError("metric must be chebyshev|euclid and combine max|mean")
+        if self.metric not in ("chebyshev", "euclid") or self.combine not in ("max", "mean", "weighted"):
+            raise ValueError("metric must be chebyshev|euclid and combine max|mean|weighted")
         self.doc_ = doc
         self.spaces_ = [
             (
@@ -171,6 +175,10 @@ class ContractMonitor(Decider):
             for sp in doc["spaces"]
         ]
         self.dim_names_ = [f"{name}:{d.expr}" for name, dims, _, _ in self.spaces_ for d in dims]
+        unknown = sorted(set(self.weights or {}) - set(self.dim_names_))
+        if unknown or any(not w >= 0 for w in (self.weights or {}).values()):
+            raise ValueError(f"weights: non-negative numbers for dimensions {self.dim_names_}; not found: {unknown}")
+        self.weights_ = np.array([float((self.weights or {}).get(n, 1.0)) for n in self.dim_names_])
         rb = Rulebase.parse(doc.get("rulebase", DEFAULT_RULEBASE), "contract rulebase")
         self.lut_x_, self.lut_y_ = rb.table()
         self.caps_ = doc.get("capabilities") or {}
@@ -209,7 +217,10 @@ class ContractMonitor(Decider):
         safe = np.where(np.isnan(lev), -np.inf, lev)
         driver = np.where(unknown, -1, np.argmax(safe, axis=1)) if lev.shape[1] else np.full(k, -1)
         with np.errstate(all="ignore"):
-            violation = lev.max(axis=1) if self.combine == "max" else lev.mean(axis=1)
+            if self.combine == "weighted":
+                violation = lev @ self.weights_ / self.weights_.sum()
+            else:
+                violation = lev.max(axis=1) if self.combine == "max" else lev.mean(axis=1)
         violation[unknown] = np.nan
 
         smoothed, state = self.tracker_.update(self.cols_.row_keys(batch) if k else np.zeros(0, np.int64), violation)
@@ -317,11 +328,34 @@ def contract_records(out: Batch) -> list[dict[str, Any]]:
     return recs
 
 
-def job_summary(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def sampling_interval(records: Sequence[Mapping[str, Any]]) -> float | None:
+    """The sampling interval of a run: the median gap between consecutive distinct time stamps of
+    one node, over all nodes (None with fewer than two stamps on every node)."""
+    per_node: dict[str, list[float]] = {}
+    for r in records:
+        per_node.setdefault(r["node"], []).append(float(r["ts"]))
+    gaps = [np.diff(np.unique(ts)) for ts in per_node.values()]
+    flat = np.concatenate(gaps) if gaps else np.empty(0)
+    flat = flat[flat > 0]
+    return float(np.median(flat)) if flat.size else None
+
+
+def job_summary(records: Sequence[Mapping[str, Any]], interval: float | None = None) -> dict[str, Any]:
     """Per node: rows, rows violated, mean and max level; per job: the largest share of its nodes in
-    violation at one time stamp (the application level of §4.6)."""
+    violation at once (the application level of §4.6).
+
+    "At once" means *in one sampling interval*, not at one exact time stamp: nodes' clocks never agree
+    to the microsecond. Time is cut into buckets of ``interval`` seconds (default: the run's median
+    sampling interval, :func:`sampling_interval`) anchored 1 % of an interval before the job's first
+    time stamp; a node
+    counts once per bucket, by its last state in it; the share is the nodes violated over the nodes
+    with a row in the bucket. Skew between nodes below 0.99 of an interval therefore does not split
+    a round of samples (10 ms and 900 ms skew at a 1 s interval give the same share as aligned clocks)."""
+    if interval is not None and not interval > 0:
+        raise ValueError(f"interval must be > 0 seconds, got {interval}")
+    step = interval if interval is not None else sampling_interval(records)
     nodes: dict[str, dict[str, Any]] = {}
-    by_ts: dict[tuple[str, float], list[str]] = {}
+    start: dict[str, float] = {}
     for r in records:
         n = nodes.setdefault(r["node"], {"job": r["job"], "rows": 0, "violated": 0, "unknown": 0, "levels": []})
         n["rows"] += 1
@@ -329,7 +363,16 @@ def job_summary(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         n["unknown"] += r["state"] == "unknown"
         if r["violation"] is not None:
             n["levels"].append(r["violation"])
-        by_ts.setdefault((r["job"], r["ts"]), []).append(r["state"])
+        start[r["job"]] = min(start.get(r["job"], float(r["ts"])), float(r["ts"]))
+    by_bucket: dict[tuple[str, float], dict[str, tuple[float, str]]] = {}
+    for r in records:
+        ts = float(r["ts"])
+        # anchored 1 % of an interval before the job's first sample, so that the first node's own
+        # later samples do not fall a rounding error short of their bucket (5.08 - 0.08 < 5)
+        bucket = float(np.floor((ts - start[r["job"]]) / step + 0.01)) if step else ts
+        seen = by_bucket.setdefault((r["job"], bucket), {})
+        if r["node"] not in seen or seen[r["node"]][0] <= ts:  # the node's last state in the bucket
+            seen[r["node"]] = (ts, r["state"])
     per_node = {
         k: {
             "job": v["job"],
@@ -342,7 +385,7 @@ def job_summary(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         for k, v in sorted(nodes.items())
     }
     per_job: dict[str, float] = {}
-    for (job, _), states in by_ts.items():
-        share = sum(s == "violated" for s in states) / len(states)
+    for (job, _), last in by_bucket.items():
+        share = sum(s == "violated" for _, s in last.values()) / len(last)
         per_job[job] = max(per_job.get(job, 0.0), share)
-    return {"nodes": per_node, "max_share_violated": per_job}
+    return {"nodes": per_node, "max_share_violated": per_job, "interval": step}

@@ -2,7 +2,10 @@
 equivalence classes a baseline run forms in them, and contract files.
 
 A contract has named metric *spaces*; each dimension is a metric (``instructions_per_s``) or a
-ratio of two (``instructions/flops``). From a baseline run, :func:`derive_contract` maps every
+ratio of two, written with a slash *between spaces* (``instructions_per_s / flops_per_s``): a
+slash inside a name is part of the name, as in nmon's ``NET_ib0-read-KB/s``. A name holding
+anything the syntax uses (`` / ``, ``,``, ``@``, ``"``) is written in double quotes, with ``\"``
+and ``\\`` inside (:func:`split_dims`, :meth:`Dimension.parse`). From a baseline run, :func:`derive_contract` maps every
 sample into each space (``log10``, floored at 1e-300), groups the points into equivalence classes
 by leader clustering with one maximum distance D, and gives each class a tolerance per dimension
 ``τ = max(k_σ·σ, D/√m)``. :func:`load_contract` reads such a contract back and checks it.
@@ -15,7 +18,9 @@ fast is expected to run at half the rate.
 
 from __future__ import annotations
 
+import itertools
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,9 +37,54 @@ class ContractError(ValueError):
     """A contract file or space definition that cannot be used; the message names the problem."""
 
 
+_QUOTED = re.compile(r'"(?:[^"\\]|\\.)*"')
+_RATIO = re.compile(r"\s+/\s+")
+SYNTAX = 'METRIC or METRIC / METRIC (a slash between spaces), optionally @UNIT; "quote" names holding " / ", ",", "@"'
+
+
+def _mask(text: str, what: str) -> str:
+    """``text`` with every quoted name blanked out (same length), so separators are found outside
+    quotes only; a quote left open is an error."""
+    masked = _QUOTED.sub(lambda m: "x" * len(m.group()), text)
+    if '"' in masked:
+        raise ContractError(f'bad {what} {text!r}: a double quote is not closed (use \\" inside a quoted name)')
+    return masked
+
+
+def _name(raw: str, expr: str) -> str:
+    t = raw.strip()
+    if not t:
+        raise ContractError(f"bad dimension {expr!r}: an empty name; use {SYNTAX}")
+    if t.startswith('"'):
+        if not _QUOTED.fullmatch(t):
+            raise ContractError(f"bad dimension {expr!r}: text outside the quotes of {t!r}; use {SYNTAX}")
+        return re.sub(r"\\(.)", r"\1", t[1:-1])
+    if '"' in t:
+        raise ContractError(f"bad dimension {expr!r}: a quote inside the name {t!r}; quote the whole name")
+    return t
+
+
+def split_dims(text: str) -> list[str]:
+    """The dimensions of ``DIM[,DIM...]``, split at commas outside quoted names.
+
+    >>> split_dims('NET_ib0-read-KB/s, "a,b" / c')
+    ['NET_ib0-read-KB/s', '"a,b" / c']
+    """
+    masked = _mask(text, "dimension list")
+    cuts = [-1, *(i for i, ch in enumerate(masked) if ch == ","), len(text)]
+    return [text[a + 1 : b].strip() for a, b in itertools.pairwise(cuts)]
+
+
 @dataclass(frozen=True)
 class Dimension:
-    """``num``, ``num/den`` or either followed by ``@unit`` (a capability unit)."""
+    """``num``, ``num / den`` or either followed by ``@unit`` (a capability unit); see the module
+    docstring for quoting.
+
+    >>> Dimension.parse("NET_ib0-read-KB/s").describe()
+    "metric 'NET_ib0-read-KB/s'"
+    >>> Dimension.parse('instructions / "CPU_ALL_User%" @flops').describe()
+    "ratio 'instructions' / 'CPU_ALL_User%' per capability 'flops'"
+    """
 
     expr: str
     num: str
@@ -44,11 +94,30 @@ class Dimension:
     @classmethod
     def parse(cls, expr: str) -> Dimension:
         text = expr.strip()
-        body, _, unit = text.partition("@")
-        num, _, den = body.partition("/")
-        if not num.strip() or (("/" in body) and not den.strip()) or ("@" in text and not unit.strip()):
-            raise ContractError(f"bad dimension {expr!r}: use METRIC, METRIC/METRIC, optionally @UNIT")
-        return cls(text, num.strip(), den.strip() or None, unit.strip() or None)
+        masked = _mask(text, "dimension")
+        ats = [i for i, ch in enumerate(masked) if ch == "@"]
+        if len(ats) > 1:
+            raise ContractError(f"bad dimension {expr!r}: more than one '@'; use {SYNTAX}")
+        cut = ats[0] if ats else len(text)
+        unit = _name(text[cut + 1 :], expr) if ats else None
+        body, mbody = text[:cut], masked[:cut]
+        ratio = list(_RATIO.finditer(mbody))
+        if len(ratio) > 1:
+            raise ContractError(f"bad dimension {expr!r}: more than one ' / '; use {SYNTAX}")
+        if ratio:
+            r = ratio[0]
+            return cls(text, _name(body[: r.start()], expr), _name(body[r.end() :], expr), unit)
+        if mbody.strip().startswith("/ ") or mbody.rstrip().endswith(" /"):
+            raise ContractError(f"bad dimension {expr!r}: a ratio needs a metric on both sides; use {SYNTAX}")
+        return cls(text, _name(body, expr), None, unit)
+
+    def metrics(self) -> list[str]:
+        return [self.num] if self.den is None else [self.num, self.den]
+
+    def describe(self) -> str:
+        """What was parsed, for error messages."""
+        what = f"metric {self.num!r}" if self.den is None else f"ratio {self.num!r} / {self.den!r}"
+        return what if self.unit is None else f"{what} per capability {self.unit!r}"
 
     def values(self, batch: Batch, capability: np.ndarray | None) -> np.ndarray:
         """The dimension's raw value per row (NaN when a metric is missing)."""
@@ -65,11 +134,28 @@ class Dimension:
 
 
 def parse_space(spec: str) -> tuple[str, list[Dimension]]:
-    """``NAME=DIM[,DIM...]`` as on the command line."""
+    """``NAME=DIM[,DIM...]`` as on the command line (commas inside quoted names do not split)."""
     name, sep, dims = spec.partition("=")
     if not sep or not name.strip() or not dims.strip():
-        raise ContractError(f"bad space {spec!r}: use NAME=DIM[,DIM...]")
-    return name.strip(), [Dimension.parse(d) for d in dims.split(",")]
+        raise ContractError(f"bad space {spec!r}: use NAME=DIM[,DIM...] with DIM = {SYNTAX}")
+    return name.strip(), [Dimension.parse(d) for d in split_dims(dims)]
+
+
+def explain_missing(name: str, dims: Sequence[Dimension], metrics: Sequence[str]) -> str:
+    """Why no baseline sample has every dimension of a space: what was parsed, which metrics the
+    baseline lacks, and a hint where a missing name looks like the old ``a/b`` ratio syntax."""
+    have = set(metrics)
+    parsed = "; ".join(d.describe() for d in dims)
+    absent = sorted({m for d in dims for m in d.metrics() if m not in have})
+    msg = f"space {name!r}: no baseline sample has every dimension (parsed: {parsed})"
+    if not absent:
+        return msg + "; every metric exists, but never all present and non-negative in one sample"
+    msg += f"; not in the baseline: {absent}"
+    for m in absent:
+        a, sep, b = m.partition("/")
+        if sep and a.strip() in have and b.strip() in have:
+            msg += f" (for the ratio of {a.strip()!r} and {b.strip()!r} write '{a.strip()} / {b.strip()}')"
+    return msg
 
 
 def phi(v: np.ndarray) -> np.ndarray:
@@ -167,8 +253,7 @@ def derive_contract(
         pts = space_points(baseline, dims, caps)
         pts = pts[~np.isnan(pts).any(axis=1)]
         if len(pts) == 0:
-            missing = [d.expr for d in dims]
-            raise ContractError(f"space {name!r}: no baseline sample has every dimension {missing}")
+            raise ContractError(explain_missing(name, dims, baseline.metrics))
         labels = leader_clusters(pts, max_distance, refine)
         floor = max_distance / np.sqrt(len(dims))
         classes = []

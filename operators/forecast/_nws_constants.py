@@ -29,3 +29,6 @@ PRIMARIES = (
     "adaptive_median_21_51",
 )
 N_PRIMARY = len(PRIMARIES)  # 18
+#: a windowed error sum below this share of the running sum it is a difference of is summed from
+#: the scores' own errors instead (relative rounding error then <= ~1e-11, not lost to a huge prefix)
+PRECISE = 2.0**-17

@@ -35,7 +35,7 @@ from numba import njit, prange, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 from perfsift.operators import _numba  # noqa: F401  (sets the kernel cache directory)
-from perfsift.operators.forecast._nws_constants import HISTORY, RING, TIE
+from perfsift.operators.forecast._nws_constants import HISTORY, PRECISE, RING, TIE
 from perfsift.operators.forecast._nws_windows import (
     CAPS,
     F5,
@@ -109,7 +109,23 @@ def _prefetch_series(
 
 
 @njit(cache=True, inline="always", error_model="numpy")
-def _errors(run: np.ndarray, ring: np.ndarray, cum: np.ndarray, sid: int, k: int, w: int, out: np.ndarray) -> None:
+def _direct(each: np.ndarray, sid: int, k: int, weff: int, inv: float, out: np.ndarray) -> None:
+    """out[f] = the mean of the last ``weff`` scores' own errors of primary f, newest first (the
+    numpy reference's ``window_sums`` adds in the same order)."""
+    for f in range(out.shape[0]):
+        out[f] = 0.0
+    for j in range(weff):
+        r = (k - j) % RING
+        for f in range(out.shape[0]):
+            out[f] += each[sid, r, f]
+    for f in range(out.shape[0]):
+        out[f] *= inv
+
+
+@njit(cache=True, error_model="numpy")
+def _errors(
+    run: np.ndarray, ring: np.ndarray, cum: np.ndarray, each: np.ndarray, sid: int, k: int, w: int, out: np.ndarray
+) -> None:
     if k == 0:
         for f in range(out.shape[0]):
             out[f] = np.inf
@@ -122,8 +138,14 @@ def _errors(run: np.ndarray, ring: np.ndarray, cum: np.ndarray, sid: int, k: int
     weff = min(w, k)
     slot = (k - weff) % RING
     inv = 1.0 / weff
+    low = np.inf
+    big = 0.0
     for f in range(out.shape[0]):
         out[f] = (run[sid, f] - ring[sid, slot, f]) * inv
+        low = min(low, out[f])
+        big = max(big, run[sid, f])
+    if big > 0 and low <= big * PRECISE * inv:  # the prefix difference lost precision: sum directly
+        _direct(each, sid, k, weff, inv, out)
 
 
 @njit(cache=True, inline="always", error_model="numpy")
@@ -171,7 +193,7 @@ def _fmin(typingctx: Any, a: Any, b: Any) -> Any:
 @njit(cache=True, inline="always", error_model="numpy")
 def _select(
     se: np.ndarray, ae: np.ndarray, ring_se: np.ndarray, ring_ae: np.ndarray, sid: int, slot: int, inv: float
-) -> tuple[int, int]:
+) -> tuple[int, int, float, float]:
     """``_argmin`` of the windowed squared and absolute errors, (se[sid] - ring_se[sid, slot])·inv
     and the same for ae, or of se[sid]·inv and ae[sid]·inv when slot < 0 (the cumulative errors).
     Two branch-free passes that LLVM vectorises: the minima, then the lowest indexes within TIE of
@@ -197,7 +219,7 @@ def _select(
         for f in range(n):
             idx_s = min(idx_s, f if (se[sid, f] - ring_se[sid, slot, f]) * inv <= lim_s else n)
             idx_a = min(idx_a, f if (ae[sid, f] - ring_ae[sid, slot, f]) * inv <= lim_a else n)
-    return (idx_s if idx_s < n else 0), (idx_a if idx_a < n else 0)
+    return (idx_s if idx_s < n else 0), (idx_a if idx_a < n else 0), low_s, low_a
 
 
 @njit(cache=True, parallel=True, error_model="numpy")
@@ -219,6 +241,8 @@ def step(  # type: ignore[no-untyped-def]
     run_ae,
     ring_se,
     ring_ae,
+    err_se,
+    err_ae,
     scores,
     sel_pending,
     sel_se,
@@ -255,6 +279,7 @@ def step(  # type: ignore[no-untyped-def]
     for chunk in prange(n_chunks):  # scratch buffers once per chunk, not per series
         f = np.empty(n_primary)
         err = np.empty(n_primary)
+        direct = np.empty(n_primary)
         choice = np.empty(n_sel, dtype=np.int64)
         vals = np.empty(8)  # the few values that join or leave an adaptive window
         w_before = np.empty(n_adapt, dtype=np.int64)
@@ -272,14 +297,19 @@ def step(  # type: ignore[no-untyped-def]
                     for g in range(2, 10):
                         pending[sid, g] = 0.0
                 scored = False
+                nslot = (scores[sid] + 1) % RING  # the slot of this score, if any (never read otherwise)
                 for g in range(n_primary):
                     p = pending[sid, g]
+                    err_se[sid, nslot, g] = 0.0
+                    err_ae[sid, nslot, g] = 0.0
                     if p == p:
                         e = p - xv
                         cum_se[sid, g] += e * e
                         cum_ae[sid, g] += abs(e)
                         run_se[sid, g] += e * e
                         run_ae[sid, g] += abs(e)
+                        err_se[sid, nslot, g] = e * e
+                        err_ae[sid, nslot, g] = abs(e)
                         scored = True
                 k = scores[sid] + (1 if scored else 0)
                 scores[sid] = k
@@ -359,22 +389,34 @@ def step(  # type: ignore[no-untyped-def]
                         choice[j] = 0
                 else:
                     # cumulative, then windows 1 .. 100: MSE and MAE of each
-                    choice[0], choice[1] = _select(cum_se, cum_ae, ring_se, ring_ae, sid, -1, 1.0 / k)
+                    choice[0], choice[1], _, _ = _select(cum_se, cum_ae, ring_se, ring_ae, sid, -1, 1.0 / k)
+                    big_s = big_a = 0.0
+                    for g in range(n_primary):
+                        big_s = max(big_s, run_se[sid, g])
+                        big_a = max(big_a, run_ae[sid, g])
                     for q in range(nw):
                         weff = min(windows[q], k)
                         slot = (k - weff) % RING
-                        choice[2 + q], choice[2 + nw + q] = _select(
-                            run_se, run_ae, ring_se, ring_ae, sid, slot, 1.0 / weff
-                        )
+                        inv = 1.0 / weff
+                        cs, ca, low_s, low_a = _select(run_se, run_ae, ring_se, ring_ae, sid, slot, inv)
+                        # a window sum far below the running sum it is a difference of lost its
+                        # precision to the prefix (a 1e9 level jump): its own errors, summed
+                        if big_s > 0 and low_s <= big_s * PRECISE * inv:
+                            _direct(err_se, sid, k, weff, inv, direct)
+                            cs = _argmin(direct)
+                        if big_a > 0 and low_a <= big_a * PRECISE * inv:
+                            _direct(err_ae, sid, k, weff, inv, direct)
+                            ca = _argmin(direct)
+                        choice[2 + q], choice[2 + nw + q] = cs, ca
                 for j in range(n_sel):
                     sel_choice[sid, j] = choice[j]
                     sel_pending[sid, j] = f[choice[j]]
                 # 5. final forecasts
                 if flat:
-                    _errors(run_se, ring_se, cum_se, sid, k, sel_window, err)
+                    _errors(run_se, ring_se, cum_se, err_se, sid, k, sel_window, err)
                     prim = _argmin(err)
                     mse_f = f[prim]
-                    _errors(run_ae, ring_ae, cum_ae, sid, k, sel_window, err)
+                    _errors(run_ae, ring_ae, cum_ae, err_ae, sid, k, sel_window, err)
                     mae_f = f[_argmin(err)]
                 else:
                     bm = _argmin_row(sel_se, sid)

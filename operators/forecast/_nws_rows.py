@@ -5,7 +5,7 @@ series is shorter; the compiled kernel (:mod:`perfsift.operators.forecast._nws_k
 from __future__ import annotations
 
 import numpy as np
-from perfsift.operators.forecast._nws_constants import HISTORY, TIE, TRIM
+from perfsift.operators.forecast._nws_constants import HISTORY, RING, TIE, TRIM
 
 
 def first_min(err: np.ndarray) -> np.ndarray:
@@ -93,3 +93,13 @@ def _trimmed_general(vals: np.ndarray, m: np.ndarray) -> np.ndarray:
     rows = np.arange(len(s))
     with np.errstate(all="ignore"):
         return (cs[rows, m - t] - cs[rows, t]) / (m - 2 * t)
+
+
+def window_sums(each: np.ndarray, s: np.ndarray, k: np.ndarray, weff: np.ndarray) -> np.ndarray:
+    """Per row, the sum of the last ``weff`` scores' errors of every primary, newest first (the
+    compiled kernel adds in the same order)."""
+    total = np.zeros((len(s), each.shape[2]))
+    for j in range(int(weff.max(initial=0))):
+        on = j < weff
+        total[on] += each[s[on], (k[on] - j) % RING]
+    return total

@@ -28,6 +28,7 @@ from perfsift.operators.forecast._nws_constants import (
     GAINS,
     HISTORY,
     N_PRIMARY,
+    PRECISE,
     PRIMARIES,
     RING,
     SORTED_WINDOWS,
@@ -39,8 +40,11 @@ from perfsift.operators.forecast._nws_rows import (
     row_mean,
     row_median,
     trimmed_mean,
+    window_sums,
 )
-from perfsift.operators.rounding import forecast_bounds
+from perfsift.operators.forecast.records import forecast_records
+
+__all__ = ["PRIMARIES", "ForecastBank", "forecast_records"]  # PRIMARIES: the names of the method indices
 
 WINDOWS = (1, 5, 10, 20, 30, 50, 100)
 #: selectors in forc.c order: (error kind, window); window 0 = cumulative
@@ -129,6 +133,7 @@ class ForecastBank(Decider):
         self.n_series_ = 0
         self._alloc(0)
 
+    STATE_VERSION = 2  # 2: each score's own errors (err_se, err_ae) beside the running sums
     _ARRAYS = (
         "hist",
         "pos",
@@ -143,6 +148,8 @@ class ForecastBank(Decider):
         "run_ae",
         "ring_se",
         "ring_ae",
+        "err_se",
+        "err_ae",
         "scores",
         "sel_pending",
         "sel_se",
@@ -168,12 +175,14 @@ class ForecastBank(Decider):
         self.pending_ = full((n, N_PRIMARY), np.nan)  # forecasts of the next value
         self.cum_se_ = full((n, N_PRIMARY), 0.0)
         self.cum_ae_ = full((n, N_PRIMARY), 0.0)
-        # windowed errors: running sums (re-based every 1000 scores) and their values after each score
         self.run_se_ = full((n, N_PRIMARY), 0.0)
         self.run_ae_ = full((n, N_PRIMARY), 0.0)
-        # running sums after each score; [series, slot, primary] so one slot is one contiguous row
+        # windowed errors: running sums (re-based every 1000 scores) and, [series, slot, primary], after each score
         self.ring_se_ = full((n, RING, N_PRIMARY), 0.0)
         self.ring_ae_ = full((n, RING, N_PRIMARY), 0.0)
+        # each score's own errors by slot: windows whose prefix difference loses precision sum these
+        self.err_se_ = full((n, RING, N_PRIMARY), 0.0)
+        self.err_ae_ = full((n, RING, N_PRIMARY), 0.0)
         self.scores_ = full((n,), 0, np.int64)
         self.sel_pending_ = full((n, N_SELECTOR), np.nan)
         self.sel_se_ = full((n, N_SELECTOR), 0.0)
@@ -243,6 +252,8 @@ class ForecastBank(Decider):
             self.run_ae_,
             self.ring_se_,
             self.ring_ae_,
+            self.err_se_,
+            self.err_ae_,
             self.scores_,
             self.sel_pending_,
             self.sel_se_,
@@ -290,6 +301,8 @@ class ForecastBank(Decider):
         slot = k % RING
         self.ring_se_[s, slot] = self.run_se_[s]
         self.ring_ae_[s, slot] = self.run_ae_[s]
+        self.err_se_[s[scored], slot[scored]] = (err * err)[scored]
+        self.err_ae_[s[scored], slot[scored]] = np.abs(err)[scored]
         sel = self.sel_pending_[s]
         sel_ok = ~np.isnan(sel)
         sel_err = np.where(sel_ok, sel - x[:, None], 0.0)
@@ -377,15 +390,21 @@ class ForecastBank(Decider):
         cannot = np.isnan(self.pending_[s])
         out = {}
         with np.errstate(all="ignore"):
-            for kind, cum, run, ring in (
-                ("mse", self.cum_se_, self.run_se_, self.ring_se_),
-                ("mae", self.cum_ae_, self.run_ae_, self.ring_ae_),
+            for kind, cum, run, ring, each in (
+                ("mse", self.cum_se_, self.run_se_, self.ring_se_, self.err_se_),
+                ("mae", self.cum_ae_, self.run_ae_, self.ring_ae_, self.err_ae_),
             ):
                 out[(kind, 0)] = cum[s] / k[:, None]
                 now = run[s]
+                big = now.max(axis=1)
                 for w in WINDOWS:
                     weff = np.minimum(w, k)
-                    out[(kind, w)] = (now - ring[s, (k - weff) % RING]) / weff[:, None]
+                    total = now - ring[s, (k - weff) % RING]
+                    # a window sum far below its prefix lost precision to it (1e9 jumps): sum its own errors
+                    direct = (big > 0) & (total.min(axis=1) <= big * PRECISE)
+                    if direct.any():
+                        total[direct] = window_sums(each, s[direct], k[direct], weff[direct])
+                    out[(kind, w)] = total / weff[:, None]
         for err in out.values():
             err[np.isnan(err) | cannot] = np.inf
         return out
@@ -467,29 +486,3 @@ class ForecastBank(Decider):
             getattr(self, name + "_")[: self.n_series_] = arrays[name]
         self.win_n_[:] = -1
         self.series_of_ = arrays["series_of"].astype(np.int64).copy()
-
-
-def forecast_records(out: Batch) -> list[dict[str, Any]]:
-    """perf.forecast records (schemas/forecast.avsc): one per row and forecast metric."""
-    recs = []
-    nodes, jobs = out.node_names(), out.job_names()
-    method = out.extra["method"]
-    rows, cols = np.nonzero(~np.isnan(out.values))
-    fs, ss, lo, hi = forecast_bounds(out.values[rows, cols], out.extra["sigma"][rows, cols])
-    for n, (i, j) in enumerate(zip(rows.tolist(), cols.tolist(), strict=True)):
-        s = float(ss[n])
-        known = s == s
-        recs.append(
-            {
-                "ts": float(out.ts[i]),
-                "node": nodes[i],
-                "job": jobs[i],
-                "metric": out.metrics[j],
-                "forecast": float(fs[n]),
-                "sigma": s if known else None,
-                "lower": float(lo[n]) if known else None,
-                "upper": float(hi[n]) if known else None,
-                "method": PRIMARIES[int(method[i, j])],
-            }
-        )
-    return recs

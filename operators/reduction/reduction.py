@@ -146,6 +146,8 @@ class _Job:
         self.pending: dict[int, tuple[dict[str, list[float]], list[float]]] = {}
         self.recent: dict[int, dict[str, float]] = {}  # bucket means of the last lags + smooth buckets
         self.max_bucket: int | None = None
+        self.done: int | None = None  # the newest bucket already turned into a row (or skipped)
+        self.late = 0  # values dropped because their bucket was done
         self.since = 0
         self.clustering: Clustering | None = None
         self.last_r: np.ndarray | None = None
@@ -217,7 +219,8 @@ class DataReduction(Decider):
     #: 2: pending buckets hold the raw values (exact bucket means), not per-batch means;
     #: 3: each co-moment block has its own shift (blocks merge as centred statistics);
     #: 4: the last buckets' means for ``lags`` and ``smooth``
-    STATE_VERSION = 4
+    #: 5: the newest bucket done and the count of late values dropped (one row per bucket)
+    STATE_VERSION = 5
 
     def __init__(
         self,
@@ -272,6 +275,10 @@ class DataReduction(Decider):
                 out += self._update_job(job, batch.take(rows))
         return out
 
+    def late_values(self) -> dict[str, int]:
+        """Per job, the values dropped because their bucket had already become a row."""
+        return {job: st.late for job, st in self.jobs_.items()}
+
     def _update_job(self, job: str, batch: Batch) -> list[dict[str, Any]]:
         """Collect the job's values per bucket; every bucket that is ready (``lateness`` buckets
         behind the newest) becomes one row, in bucket order, and the clustering is reconsidered
@@ -285,6 +292,7 @@ class DataReduction(Decider):
         records: list[dict[str, Any]] = []
         for b in ready:
             raw, ys = st.pending.pop(b)
+            st.done = b
             feats = {n: math.fsum(v) / len(v) for n, v in raw.items()}
             if self.lags or self.smooth > 1:  # every bucket counts for smoothing, with or without a response
                 st.recent = {k: r for k, r in st.recent.items() if k > b - self.lags - self.smooth} | {b: feats}
@@ -318,6 +326,13 @@ class DataReduction(Decider):
         the response (``perf_metric`` of any node)."""
         buckets = np.floor(batch.ts / self.interval).astype(np.int64)
         rows, cols = np.nonzero(~np.isnan(batch.values))
+        if st.done is not None and len(rows):
+            # a value whose bucket already became a row (or was passed over) arrives later than
+            # ``lateness`` allows: filing it would add a second, partial row for that bucket, or
+            # a row older than the window's newest. It is dropped and counted (``late_values``).
+            on_time = buckets[rows] > st.done
+            st.late += int((~on_time).sum())
+            rows, cols = rows[on_time], cols[on_time]
         if not len(rows):
             return
         y_col = batch.metrics.index(self.perf_metric) if self.perf_metric in batch.metrics else -1
@@ -336,7 +351,7 @@ class DataReduction(Decider):
             else:
                 name = f"{batch.nodes[batch.node_idx[rows[a]]]}/{batch.metrics[c]}"
                 feats.setdefault(name, []).extend(values[a:e].tolist())
-        newest = int(buckets.max())
+        newest = int(buckets[rows].max())
         st.max_bucket = newest if st.max_bucket is None else max(newest, st.max_bucket)
 
     def _should_recluster(self, st: _Job) -> bool:
@@ -448,6 +463,8 @@ class DataReduction(Decider):
                     "pos": st.pos,
                     "since": st.since,
                     "max_bucket": st.max_bucket,
+                    "done": st.done,
+                    "late": st.late,
                     "selected": st.selected,
                     "version": st.version,
                     "pending": {str(b): [f, y] for b, (f, y) in st.pending.items()},
@@ -481,6 +498,7 @@ class DataReduction(Decider):
             st = _Job(self)
             st.names, st.filled, st.pos, st.since = list(j["names"]), j["filled"], j["pos"], j["since"]
             st.max_bucket, st.selected, st.version = j["max_bucket"], j["selected"], j["version"]
+            st.done, st.late = j["done"], j["late"]
             st.pending = {int(b): (f, y) for b, (f, y) in j["pending"].items()}
             st.recent = {int(b): r for b, r in j["recent"].items()}
             st.ring_x, st.ring_y, st.ring_t = arrays[f"{i}_x"].copy(), arrays[f"{i}_y"].copy(), arrays[f"{i}_t"].copy()

@@ -165,7 +165,7 @@ def test_run_with_a_contract_shows_the_violated_nodes(tmp_path: Path) -> None:
     write_samples(master_worker(seed=1)[0], base)
     write_samples(master_worker(seed=2, fewer_flops=range(6, 12))[0], run)
     contract = tmp_path / "c.json"
-    r = perfsift("contract", "derive", str(base), "--space", "intrinsic=instructions_per_s/flops_per_s", "-o",
+    r = perfsift("contract", "derive", str(base), "--space", "intrinsic=instructions_per_s / flops_per_s", "-o",
                  str(contract))  # fmt: skip
     assert r.returncode == 0, r.stderr
     summary = tmp_path / "s.json"

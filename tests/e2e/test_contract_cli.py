@@ -28,7 +28,7 @@ def test_derive_check_plot_and_forecast(tmp_path: Path) -> None:
         "derive",
         str(base),
         "--space",
-        "intrinsic=instructions_per_s/flops_per_s,messages_per_s/bytes_per_s",
+        "intrinsic=instructions_per_s / flops_per_s,messages_per_s / bytes_per_s",
         "--space",
         "execution=instructions_per_s,messages_per_s",
         "-o",

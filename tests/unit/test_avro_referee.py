@@ -23,7 +23,8 @@ import numpy as np
 import pytest
 from perfsift.operators import Batch
 from perfsift.operators.clean.clean import Clean
-from perfsift.operators.forecast.forecast import ForecastBank, forecast_records
+from perfsift.operators.forecast.forecast import ForecastBank
+from perfsift.operators.forecast.records import forecast_records
 from perfsift.operators.reduce import Reduce
 from perfsift.operators.smooth import SlidingMean
 from perfsift.schemas import batch_to_samples, decode_samples, encode_batch, encode_records

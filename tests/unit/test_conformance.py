@@ -22,7 +22,7 @@ DATA = Path(__file__).parents[1] / "data"
 def examples(tmp: Path) -> dict[str, Operator]:
     """One configured instance of every registered operator (defaults where they are valid)."""
     contract = tmp / "contract.json"
-    contract.write_text(json.dumps(derive_contract(stream(400, seed=99), {"s": ["a", "b/c"], "t": ["d"]})))
+    contract.write_text(json.dumps(derive_contract(stream(400, seed=99), {"s": ["a", "b / c"], "t": ["d"]})))
     special: dict[str, Operator] = {
         "contract": ContractMonitor(str(contract)),
         "reduce": Reduce(pursuit={"period": 100.0, "window": 5}, full_every=3, forecast={"mode": "nws"}),
@@ -72,7 +72,7 @@ def test_checks_catch_a_broken_operator() -> None:
 
 def test_fingerprint_follows_the_content_of_a_named_file(tmp_path: Path) -> None:
     """An edited contract file is another configuration: its state is not reused."""
-    doc = derive_contract(stream(400, seed=99), {"s": ["a", "b/c"]})
+    doc = derive_contract(stream(400, seed=99), {"s": ["a", "b / c"]})
     path = tmp_path / "c.json"
     path.write_text(json.dumps(doc))
     before = ContractMonitor(str(path)).fingerprint()

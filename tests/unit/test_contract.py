@@ -20,7 +20,7 @@ from perfsift.producers.synth import master_worker
 from perfsift.schemas import samples_to_batch
 
 SPACES = {
-    "intrinsic": ["instructions_per_s/flops_per_s", "messages_per_s/bytes_per_s"],
+    "intrinsic": ["instructions_per_s / flops_per_s", "messages_per_s / bytes_per_s"],
     "execution": ["instructions_per_s", "messages_per_s"],
 }
 
@@ -67,9 +67,9 @@ def test_fewer_flops_gives_intrinsic_violations_on_6_to_11_only(contract: dict) 
         else:
             assert s["violated"] == 0
     bad = [r for r in recs if int(r["node"][1:]) >= 6]
-    assert all(r["driver"] == "intrinsic:instructions_per_s/flops_per_s" for r in bad)
+    assert all(r["driver"] == "intrinsic:instructions_per_s / flops_per_s" for r in bad)
     # communication is satisfied
-    assert max(r["spaces"]["intrinsic"]["dims"]["messages_per_s/bytes_per_s"] for r in bad) < 0.05
+    assert max(r["spaces"]["intrinsic"]["dims"]["messages_per_s / bytes_per_s"] for r in bad) < 0.05
 
 
 def test_external_load_violates_execution_space_on_that_node_while_it_lasts(contract: dict) -> None:
@@ -119,8 +119,8 @@ def test_contract_files_are_checked(tmp_path: Path, contract: dict) -> None:
     path.write_text(json.dumps(bad))
     with pytest.raises(ContractError, match=r"rulebase:1:.*expected ','"):
         load_contract(path)
-    path.write_text(json.dumps({"spaces": [{"name": "s", "dims": ["a/"], "classes": []}]}))
-    with pytest.raises(ContractError, match="bad dimension 'a/'"):
+    path.write_text(json.dumps({"spaces": [{"name": "s", "dims": ["a /"], "classes": []}]}))
+    with pytest.raises(ContractError, match="bad dimension 'a /'"):
         load_contract(path)
 
 

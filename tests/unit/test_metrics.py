@@ -38,7 +38,7 @@ def test_selection_gauges_follow_the_reduce_operator() -> None:
 
 
 def test_contract_gauges_count_nodes_per_state() -> None:
-    spaces = {"intrinsic": ["instructions_per_s/flops_per_s", "messages_per_s/bytes_per_s"]}
+    spaces = {"intrinsic": ["instructions_per_s / flops_per_s", "messages_per_s / bytes_per_s"]}
     contract: dict[str, Any] = derive_contract(samples_to_batch(master_worker(seed=1)[0]), spaces)
     mon = ContractMonitor(contract)
     mon.update(samples_to_batch(master_worker(seed=3, fewer_flops=range(6, 12))[0]))

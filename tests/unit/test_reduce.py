@@ -40,15 +40,19 @@ def test_every_sample_comes_out_with_the_previous_periods_selection() -> None:
     early = [r for r in rows if r["ts"] < first_sel_end]
     assert early and all(r["full"] and r["selection_version"] == -1 and len(r["metrics"]) == 12 for r in early)
     partial = [r for r in rows if not r["full"]]
-    assert partial and all(len(r["metrics"]) == 3 for r in partial)  # the pursuit's three, nothing else
+    # the metrics that differ (0 to dims = 3 of them, #32), nothing else
+    assert partial and all(len(r["metrics"]) <= 3 for r in partial)
     kept = Counter(m for r in partial for m in r["metrics"])
-    planted = sum(kept[m] for m in truth["interesting"]) / sum(kept.values())
-    assert planted > 0.6, kept
+    # what differs across nodes: sweep3d's per-node phase of the network traffic (its bursty metrics
+    # burst at one rate on every node: each node's own noise, which #32's evidence does not keep)
+    differ = set(truth["interesting"]) | set(truth["phased"])
+    planted = sum(kept[m] for m in differ) / sum(kept.values())
+    assert planted >= 0.9, kept  # precision of what is kept (#32)
     periods = {int(r["ts"] // 30) for r in rows if r["full"] and r["selection_version"] >= 0}
     assert periods and all(p % 5 == 0 for p in periods)  # absolute period numbers: every 5th
     assert sum(r["full"] for r in rows) < 0.3 * len(rows)  # every 5th period and the first ones only
     assert [c["version"] for c in controls] == list(range(len(controls)))
-    assert controls and all(c["full_every"] >= 5 and len(c["keep"]) == 3 for c in controls)
+    assert controls and all(c["full_every"] >= 5 and len(c["keep"]) <= 3 for c in controls)
     summary = op.summary()["sweep3d"]
     assert summary["samples"] == len(batch) and 0.2 < summary["reduction_ratio"] < 0.6
 
@@ -59,7 +63,7 @@ def test_union_policy_and_metrics_always_kept() -> None:
     rows = reduced_rows(op.update(batch))
     later = [r for r in rows if r["selection_version"] >= 0]
     assert later and all("cpu_user" in r["metrics"] and not r["full"] for r in later)
-    assert all(len(r["metrics"]) in (3, 4) for r in later)
+    assert all(1 <= len(r["metrics"]) <= 4 for r in later)  # cpu_user and 0..3 selected (#32)
 
 
 def test_refuses_an_empty_configuration() -> None:
@@ -133,11 +137,12 @@ def test_forecasts_follow_the_kept_metrics_whatever_their_names() -> None:
     assert scored and all(f["lower"] <= f["forecast"] <= f["upper"] for f in scored)
     expected = {(r["node"], r["ts"]): keep[r["selection_version"]] for r in rows if r["selection_version"] >= 0}
     assert len(expected) > 100 and any(r["full"] and r["selection_version"] >= 0 for r in rows)
+    expected = {k: v for k, v in expected.items() if v}  # a period that keeps nothing forecasts nothing
     assert by_row == expected  # exactly the kept set on every selected row (full or not), nothing else
     assert len(forecasts) == sum(map(len, expected.values()))
     # the forecast of a kept metric tracks it: mean absolute error below the metric's own spread
     vals = {(r["node"], r["ts"], m): v for r in rows for m, v in r["metrics"].items()}
-    first = sorted(keep[0])[0]
+    first = sorted(next(v for _, v in sorted(keep.items()) if v))[0]  # the first non-empty selection
     nxt = sorted((f for f in forecasts if f["metric"] == first), key=lambda f: (f["node"], f["ts"]))
     pairs = [(a, b) for a, b in itertools.pairwise(nxt) if a["node"] == b["node"]]
     err = [abs(a["forecast"] - vals[(b["node"], b["ts"], b["metric"])]) for a, b in pairs]
