@@ -7,7 +7,7 @@ across nodes, and network traffic with a per-node phase. ``iter_time`` (:data:`A
 the application's: every rank reports the iteration time of the job, which ends at a barrier -
 the slowest node's compute (its busy CPU share) plus communication (its received packets), the
 bundled model ``demo`` (``models/demo.yaml``), times a 2 % measurement noise. From
-:data:`EPISODE` on, for a minute, node n06 stalls 0.6 s per iteration for a reason none of the
+:data:`EPISODE` on, for a minute, node n06 stalls 1 s per iteration for a reason none of the
 twelve metrics shows (interference its counters do not see): the model's predictions and the bundled contract
 (``models/demo.contract.json``, derived from :func:`generate_demo` with ``episode=False``, a run
 without it) both flag it. ``iter_time`` comes from a random stream of its own, so the twelve
@@ -43,7 +43,7 @@ APP_METRIC = "iter_time"
 #: the model of ``iter_time`` (models/demo.yaml): seconds of compute on a fully busy CPU, per packet
 COMPUTE_S, PACKET_S = 0.2, 0.001
 #: steps [start, end) in which node ``SLOW_NODE`` stalls ``STALL_S`` seconds per iteration
-EPISODE, SLOW_NODE, STALL_S = (400, 460), 6, 0.6
+EPISODE, SLOW_NODE, STALL_S = (400, 460), 6, 1.0
 
 
 def demo_trace_path() -> Path:
