@@ -42,7 +42,10 @@ def test_run_on_the_embedded_default_processes_every_demo_sample(tmp_path: Path)
     # a contract record per smoothed mean; a prediction per smoothed timestamp after the first (the
     # model forecasts from what came before); data reduction reads every raw sample and writes
     # a selection record when its selection changes (a few dozen in 600 s)
-    assert contract["records_in"] == node["by_topic"]["perf.smoothed.byjob"] and contract["by_topic"]["perf.contract"] == 960
+    assert (
+        contract["records_in"] == node["by_topic"]["perf.smoothed.byjob"]
+        and contract["by_topic"]["perf.contract"] == 960
+    )
     assert 50 <= predict["by_topic"]["perf.prediction"] <= 60
     assert reduction["records_in"] == 9600 and 1 <= reduction["by_topic"]["perf.selection"] <= 600
     # what perf.reduced carries, as the broker stores it, next to perf.raw; the state snapshots cost
@@ -53,9 +56,12 @@ def test_run_on_the_embedded_default_processes_every_demo_sample(tmp_path: Path)
     # the selection in force at the end, and what the reduced stream carried. At full replay speed
     # partitions interleave differently from run to run, but a node's samples that come after their
     # period closed still get that period's selection (measured 0.34-0.38 of the values; 0.57-0.82
-    # when they passed whole); the kept set is always three.
+    # when they passed whole). The last period's selection holds two or three of the planted metrics
+    # (bwrite's bursts need not differ beyond noise in every 30 s period; measured both since the
+    # demo carries iter_time, the same on every node, which the pursuit never keeps).
     demo = s["jobs"]["demo"]
-    assert len(demo["kept"]) == 3 and 0.2 < demo["reduction_ratio"] < 0.6
+    assert 2 <= len(demo["kept"]) <= 3 and set(demo["kept"]) <= {"bwrite", "pkts_in", "pkts_out"}
+    assert 0.2 < demo["reduction_ratio"] < 0.6
     assert "demo: keeps" in r.stdout
 
 
