@@ -12,10 +12,10 @@ import orjson
 import pytest
 import yaml
 from perfsift.models import bundled, bundled_contract
-from perfsift.operators import OPERATORS
 from perfsift.operators.contract import STATES
 from perfsift.operators.contract.monitor import ContractMonitor
 from perfsift.operators.predict import ModelPredictor
+from perfsift.operators.smooth import SlidingMean
 from perfsift.producers.demo import (
     APP_METRIC,
     COMPUTE_S,
@@ -91,7 +91,7 @@ def test_the_bundled_model_covers_iter_time_and_sees_the_slow_minute() -> None:
     """On the smoothed stream the pipeline gives it: outside the episode the ±2σ band holds the
     observed iter_time, during it the observed value lies above the band."""
     batch = samples_to_batch(iter_samples(demo_trace_path()))
-    smoothed = OPERATORS["sliding_mean"](window=10, emit_every=10).update(batch)
+    smoothed = SlidingMean(window=10, emit_every=10).update(batch)
     recs = ModelPredictor(model="demo").update(smoothed)
     t0 = float(batch.ts.min())
     during = [r for r in recs if EPISODE[0] + 9 <= r["ts"] - t0 < EPISODE[1]]
