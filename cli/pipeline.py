@@ -29,7 +29,7 @@ from perfsift.cli.ui import (
 from perfsift.producers import demo_trace_path
 from perfsift.streams.broker import BrokerError, bootstrap_or_embedded
 from perfsift.streams.clients import create_pipeline_topics, kafka_properties, parse_props
-from perfsift.streams.config import ConfigError, load_pipeline, parse_settings, with_options
+from perfsift.streams.config import ConfigError, load_pipeline, parse_settings, with_demo, with_options
 from perfsift.streams.http import HealthServer
 from perfsift.streams.ingest_stage import http_routes, stage_runner
 from perfsift.streams.logs import LogFormat, current_logging
@@ -236,7 +236,9 @@ def run(
 
     With no --bootstrap: starts the embedded broker, creates the topics, runs every stage of the
     pipeline, replays the bundled demo trace into perf.raw and waits until every stage has
-    processed every record. With --follow: keeps running, with the live view, on whatever
+    processed every record; for the demo (no --trace, --config, --contract or --perf-metric) it
+    adds a contract, a model's predictions and data reduction on the demo's iter_time. With --follow:
+    keeps running, with the live view, on whatever
     producers publish to perf.raw, until Ctrl-C or SIGTERM, and rewrites the report folder every
     --live-every seconds (open report.html: it reloads itself). Ends with a summary and, on the
     embedded broker, a report folder (./perfsift-report: the outputs and report.html).
@@ -248,6 +250,8 @@ def run(
     if sample_host is not None and not adaptive:
         raise fail("--sample-host needs --adaptive (the sampler follows perf.control alongside the replay)")
     cfg = with_options(pipeline_from_flags(config, settings), perf_metric, contract)
+    if trace is None and not follow and config is None and contract is None and not perf_metric:
+        cfg = with_demo(cfg)  # the bundled demo: its contract, model and data reduction on iter_time
     trace_path = trace or (None if follow else demo_trace_path())
     if adaptive and trace_path is None:
         raise fail("--adaptive makes the replay follow perf.control: give --trace with --follow")

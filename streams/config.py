@@ -440,3 +440,46 @@ def with_options(cfg: PipelineConfig, perf_metric: str | None = None, contract: 
             "contract", source, ("perf.contract",), (OperatorSpec("contract", {"contract": str(contract)}),)
         )
     return replace(cfg, stages=stages)
+
+
+#: the bundled demo's application metric (producers/demo.py), its contract and its model
+#: (models/demo.contract.json, models/demo.yaml)
+DEMO_APP_METRIC = "iter_time"
+#: the demo's data reduction: rows of one second (the raw samples), a sliding window of 200 rows
+#: (more than the 16 nodes x 13 metrics leave cluster representatives), refitted every 60 rows
+DEMO_REDUCTION = {"perf_metric": DEMO_APP_METRIC, "interval": 1.0, "window": 200, "recluster_every": 60}
+
+
+def with_demo(cfg: PipelineConfig) -> PipelineConfig:
+    """The pipeline with the three stages that show the rest of the system on the bundled demo
+    (``perfsift run`` with no trace, pipeline, contract or performance metric given): ``contract``
+    (the bundled contract ``demo`` on iter_time) and ``predict`` (the bundled model ``demo``), both
+    on the job-keyed smoothed stream, and ``reduction``, statistical data reduction on iter_time.
+
+    [design choice] The data reduction reads perf.raw, not the smoothed stream the select stage's
+    reduce operator sees: its regression needs more rows in its window than cluster
+    representatives, and the smoothed stream carries one mean per 10 samples (60 rows in the demo's
+    600 s). Joining it to the select stage (``--perf-metric``) sets the smoothing to full rate,
+    which multiplies the smoothed, reduced and forecast records tenfold. perf.raw is node-keyed, so
+    each partition fits the nodes it holds (every node of the demo reports the job's iter_time);
+    its selection does not steer the reduced stream (the pursuit's does)."""
+    stages = dict(cfg.stages)
+    stages.setdefault(
+        "contract",
+        StageConfig(
+            "contract", "perf.smoothed.byjob", ("perf.contract",), (OperatorSpec("contract", {"contract": "demo"}),)
+        ),
+    )
+    stages.setdefault(
+        "predict",
+        StageConfig(
+            "predict", "perf.smoothed.byjob", ("perf.prediction",), (OperatorSpec("predict", {"model": "demo"}),)
+        ),
+    )
+    stages.setdefault(
+        "reduction",
+        StageConfig(
+            "reduction", "perf.raw", ("perf.selection",), (OperatorSpec("data_reduction", dict(DEMO_REDUCTION)),)
+        ),
+    )
+    return replace(cfg, stages=stages)

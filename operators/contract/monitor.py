@@ -24,6 +24,7 @@ from perfsift.operators.contract.signature import (
     Dimension,
     capability_column,
     check_contract,
+    contract_path,
     load_contract,
     phi,
 )
@@ -133,6 +134,13 @@ class ContractMonitor(Decider):
 
     def records(self, out: Batch | list[dict[str, Any]]) -> list[dict[str, Any]]:
         return contract_records(out) if isinstance(out, Batch) else out
+
+    def param_file(self, name: str) -> Path | None:
+        """The contract file: a path, or the bundled contract of that name (``demo``)."""
+        if name == "contract" and isinstance(self.contract, str | Path):
+            path = contract_path(self.contract)
+            return path if path.is_file() else None
+        return super().param_file(name)
 
     def __init__(
         self,

@@ -18,6 +18,7 @@ fast is expected to run at half the rate.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import re
@@ -27,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from perfsift.models import bundled_contract
 from perfsift.operators.batch import Batch
 from perfsift.operators.contract.rules import DEFAULT_RULEBASE, Rulebase, RulebaseError
 
@@ -281,9 +283,20 @@ def derive_contract(
     }
 
 
-def load_contract(path: str | Path) -> dict[str, Any]:
-    """Read and check a contract file; errors name the file and the problem."""
+def contract_path(path: str | Path) -> Path:
+    """The contract file ``path`` names: a path, or else the name of a bundled contract
+    (``"demo"``, :func:`perfsift.models.bundled_contract`)."""
     p = Path(path)
+    if not p.is_file() and isinstance(path, str) and "/" not in path:
+        with contextlib.suppress(FileNotFoundError):
+            return bundled_contract(path)
+    return p
+
+
+def load_contract(path: str | Path) -> dict[str, Any]:
+    """Read and check a contract file (or a bundled contract's name); errors name the file and the
+    problem."""
+    p = contract_path(path)
     try:
         doc = json.loads(p.read_text())
     except OSError as exc:

@@ -18,7 +18,8 @@ def test_run_in_avro_processes_and_reports_every_sample(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr[-3000:]
     s = json.loads((tmp_path / "s.json").read_text())
     assert s["published"] == 9600 and all(st["dead_letters"] == 0 for st in s["stages"])
-    node, select = s["stages"]
+    node, select, contract, predict, reduction = s["stages"]  # the demo's contract, model, data reduction
+    assert contract["records_out"] > 0 and predict["records_out"] > 0 and reduction["records_in"] == 9600
     assert node["records_in"] == 9600 and select["records_in"] > 0  # select reads column frames of means
     reduced = [json.loads(line) for line in (tmp_path / "rep" / "reduced.jsonl").read_text().splitlines()]
     # every reduced record the select stage wrote was read back as a record: one per smoothed mean

@@ -133,10 +133,26 @@ def test_analyze_then_report_renders_every_plot_in_chromium(tmp_path: Path, chro
     assert shot.stat().st_size > 50_000 and shot.read_bytes()[:4] == b"\x89PNG"
 
 
-def test_run_on_the_embedded_default_writes_a_report(tmp_path: Path, chromium: str) -> None:
+def test_run_on_the_embedded_default_writes_a_report_with_no_empty_section(tmp_path: Path, chromium: str) -> None:
+    """``perfsift run`` with no flags (the bundled demo, with its contract, model and application
+    metric iter_time) fills every section of the report (#31)."""
     folder = tmp_path / "perfsift-report"  # the default folder, in the current folder
     r = perfsift("run", timeout=400, cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
-    assert (folder / "selection.jsonl").stat().st_size > 0 and (folder / "reduced.jsonl").stat().st_size > 0
-    dom, _ = render(chromium, folder / "report.html")
-    assert 'data-images="loaded"' in dom and "Which metrics were kept" in dom
+    for name in ("selection.jsonl", "reduced.jsonl", "contract.jsonl", "prediction.jsonl"):
+        assert (folder / name).stat().st_size > 0, name
+    console: list[str] = []
+    dom, _ = render(chromium, folder / "report.html", console)
+    assert console == [] and 'data-images="loaded"' in dom and "Which metrics were kept" in dom
+    found = sections(dom)
+    assert list(found) == [anchor for anchor, *_ in SECTIONS]
+    for sid, (state, body) in found.items():
+        assert state == "drawn" and 'class="absent"' not in body, sid
+        # a table under every figure; the projection's may have none: no node need stand apart
+        assert "<table>" in body or sid == "apart", sid
+    assert "No contract ran" not in dom
+    # the demo's slow node (n06 stalls from 400 s to 460 s) shows in the contract and the predictions
+    contract, predictions = found["contract"][1], found["predictions"][1]
+    violated = re.search(r"(\d+) of 16 nodes violated the contract", contract)
+    assert violated is not None and int(violated.group(1)) > 0
+    assert "IterTime" in predictions
