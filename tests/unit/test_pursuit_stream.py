@@ -90,7 +90,7 @@ def test_warm_start_from_the_previous_period_is_used() -> None:
 
 def test_skipped_periods_are_explained_and_keep_the_previous_selection() -> None:
     batch, _ = smoothed("cactus", duration=300)
-    op = ProjectionPursuit(period=30, window=5)
+    op = ProjectionPursuit(period=30, window=5, slack=32)  # the first period closes 32 rows after its end
     early = op.update(batch.take(np.flatnonzero(batch.ts < batch.ts.min() + 100)))
     assert early and early[-1]["skipped"] is None
     # a gap of several periods, then one node only
