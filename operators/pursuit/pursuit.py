@@ -249,6 +249,7 @@ class ProjectionPursuit(Decider):
         out: list[dict[str, Any]] = []
         last = st.last_ts if pend_last is None else pend_last
         cnt = np.zeros(len(st.nodes), dtype=np.int64) if pend_cnt is None else pend_cnt
+        gone_before = self._gone_before(st)  # the ring does not change while periods close
         while st.period is not None and len(st.nodes):
             p = st.period
             start, end = p * self.period, (p + 1) * self.period
@@ -258,7 +259,7 @@ class ProjectionPursuit(Decider):
             # A node that lags is waited for; one counts as gone only once another node is
             # ``slack`` rows past its newest (a node that lags a period or two is still there:
             # another upstream partition, read later).
-            active = seen & (last >= self._gone_before(st))
+            active = seen & (last >= gone_before)
             ahead = (st.ring_ts >= end).sum(axis=1) + (cnt if pend_start >= end else 0)
             # The job's first period closes only by ``slack``: which nodes the job has is not known
             # before, and a node whose first samples come later (another upstream partition, read

@@ -180,12 +180,12 @@ def test_how_upstream_partitions_interleave_changes_nothing(seed: int) -> None:
     batch = SlidingMean(window=10, emit_every=10).update(samples_to_batch(samples))  # the node stage's output
     settings = {"period": 30.0, "window": 1, "evidence_gap": 1, "restarts": 10, "slack": 32}  # the default pipeline's
 
-    def run(chunks: list[np.ndarray]) -> tuple[list[dict], list[dict]]:
-        op = Reduce(pursuit=settings, full_every=10)
+    def run(chunks: list[np.ndarray]) -> tuple[list[dict], list[dict], list[dict]]:
+        op = Reduce(pursuit=settings, full_every=10, forecast={"mode": "nws"})
         outs = [op.update(batch.take(rows)) for rows in chunks]
-        return sorted((r for o in outs for r in reduced_rows(o)), key=lambda r: (r["node"], r["seq"])), [
-            s for o in outs for s in o["selection"]
-        ]
+        rows = sorted((r for o in outs for r in reduced_rows(o)), key=lambda r: (r["node"], r["seq"]))
+        forecasts = sorted((f for o in outs for f in o["forecast"]), key=lambda f: (f["node"], f["ts"], f["metric"]))
+        return rows, [s for o in outs for s in o["selection"]], forecasts
 
     chunks = upstream_bursts(batch, seed)
     order = np.concatenate(chunks)
@@ -193,9 +193,10 @@ def test_how_upstream_partitions_interleave_changes_nothing(seed: int) -> None:
     # the case that broke: some node appears only after event time is two periods past the first row
     ts = batch.ts[order]
     assert ts[: max(first.values())].max() - ts.min() > 60
-    reference, ref_selections = run([np.argsort(batch.ts, kind="stable")])
-    streamed, selections = run(chunks)
-    assert len(reference) == len(batch) and len(ref_selections) >= 18
-    assert [r["selection_version"] for r in reference][-1] >= 1  # selections did change the kept set
+    reference, ref_selections, ref_forecasts = run([np.argsort(batch.ts, kind="stable")])
+    streamed, selections, forecasts = run(chunks)
+    assert len(reference) == len(batch) and len(ref_selections) >= 18 and len(ref_forecasts) > 100
+    assert max(r["selection_version"] for r in reference) >= 1  # selections did change the kept set
     assert streamed == reference
     assert selections == ref_selections
+    assert forecasts == ref_forecasts
