@@ -60,12 +60,14 @@ class ProjectionPursuit(Decider):
     min_nodes : int
         Periods with fewer reporting nodes are skipped.
     slack : int
-        A period closes when every active node (one seen since the previous period began) has
-        reported past its end -- an event-time watermark, so the records do not depend on how
+        A period closes when every active node (one seen, and not ``slack`` rows behind another)
+        has reported past its end -- an event-time watermark, so the records do not depend on how
         upstream partitions interleave -- or, so that a silent node cannot hold it forever, when
-        some node is ``slack`` samples past its end. Records are a deterministic function of the
-        input as long as no node runs more than ``slack`` samples ahead of the others (the ring
-        holds that many rows per node and metric: 8 bytes each).
+        some node is ``slack`` samples past its end. A job's first period closes only so: until
+        then the job's nodes are not known. Records are a deterministic function of the input as
+        long as no node runs more than ``slack`` samples ahead of the others and the nodes of a
+        job start together (the ring holds that many rows per node and metric: 8 bytes each); a
+        node's first samples in a later period that closed before they came are late rows.
     seed : int
         Seed of the restarts; period k of a job uses the seed (seed, k), so a replay or a restored
         snapshot reproduces the same records.
@@ -265,18 +267,23 @@ class ProjectionPursuit(Decider):
         out: list[dict[str, Any]] = []
         last = st.last_ts if pend_last is None else pend_last
         cnt = np.zeros(len(st.nodes), dtype=np.int64) if pend_cnt is None else pend_cnt
+        gone_before = self._gone_before(st)  # the ring does not change while periods close
         while st.period is not None and len(st.nodes):
             p = st.period
             start, end = p * self.period, (p + 1) * self.period
             seen = (st.count > 0) | (cnt > 0)
             if not seen.any() or last[seen].max() < start:
                 break  # nothing at or after this period yet
-            active = seen & (last >= start - self.period)
+            # A node that lags is waited for; one counts as gone only once another node is
+            # ``slack`` rows past its newest (a node that lags a period or two is still there:
+            # another upstream partition, read later).
+            active = seen & (last >= gone_before)
             ahead = (st.ring_ts >= end).sum(axis=1) + (cnt if pend_start >= end else 0)
-            # The first periods of a job also wait until event time is a period further on, so that
-            # nodes whose first samples come a little later (another upstream partition) count.
-            young = st.first_period is not None and p < st.first_period + 2 and last[seen].max() < end + self.period
-            if not final and (last[active].min() < end or young) and ahead.max() < self.slack:
+            # The job's first period closes only by ``slack``: which nodes the job has is not known
+            # before, and a node whose first samples come later (another upstream partition, read
+            # after this one's first burst) must count as it does offline.
+            young = st.first_period is not None and p <= st.first_period
+            if not final and (young or last[active].min() < end) and ahead.max() < self.slack:
                 break
             in_period = (st.ring_ts >= start) & (st.ring_ts < end)
             if not in_period.any():  # an empty stretch: one record says so, then on to the next data
@@ -291,6 +298,15 @@ class ProjectionPursuit(Decider):
             out.append(self._analyse(job, st, p))
             st.period = p + 1
         return out
+
+    def _gone_before(self, st: JobState) -> float:
+        """Nodes whose newest row is older than this count as gone: some node has ``slack`` rows
+        after it (the ``slack``-th newest row of the most advanced node; -inf while none has)."""
+        cap = st.ring_ts.shape[1]
+        if self.slack <= 0 or self.slack > cap or not len(st.nodes):
+            return -np.inf
+        filled = np.where(np.isnan(st.ring_ts), -np.inf, st.ring_ts)
+        return float(np.partition(filled, cap - self.slack, axis=1)[:, cap - self.slack].max())
 
     def _metric_columns(self, st: JobState, metrics: tuple[str, ...]) -> np.ndarray:
         for m in metrics:

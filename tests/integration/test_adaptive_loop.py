@@ -36,10 +36,15 @@ def test_run_adaptive_shrinks_perf_raw_by_the_predicted_share(kafka: dict, prefi
     first = min(c["ts"] for c in controls)
     # before the first control record everything goes out whole
     assert all(r["stored"] == r["full"] for r in rows if r["start"] + 30.0 <= first)
-    # after the first periods (the records need a few seconds to reach the producer) perf.raw
-    # carries what the selection predicts: its share of the full bytes, to 3 % of the full bytes
-    late = [r for r in rows if r["start"] >= first + 150.0]
-    assert len(late) >= 10
+    # The first control record (stamped with the job's first period's end) leaves select once a
+    # node is `slack` (32) rows of 10-s means past that period (docs/pipeline.md: deterministic
+    # outputs), then needs a few seconds to reach the producer: the loop takes effect then.
+    reached = min(r["start"] for r in rows if r["stored"] < r["full"])
+    assert first < reached <= first + 32 * 10.0 + 90.0, (first, reached)
+    # from the next period on perf.raw carries what the selection predicts: its share of the
+    # full bytes, to 3 % of the full bytes
+    late = [r for r in rows if r["start"] > reached]
+    assert len(late) >= 5
     stored, predicted, full = (sum(r[k] for r in late) for k in ("stored", "predicted", "full"))
     assert abs(stored - predicted) <= 0.03 * full, (stored, predicted, full)
     assert stored < 0.6 * full  # the loop really reduced the raw stream

@@ -90,7 +90,7 @@ def test_warm_start_from_the_previous_period_is_used() -> None:
 
 def test_skipped_periods_are_explained_and_keep_the_previous_selection() -> None:
     batch, _ = smoothed("cactus", duration=300)
-    op = ProjectionPursuit(period=30, window=5)
+    op = ProjectionPursuit(period=30, window=5, slack=32)  # the first period closes 32 rows after its end
     early = op.update(batch.take(np.flatnonzero(batch.ts < batch.ts.min() + 100)))
     assert early and early[-1]["skipped"] is None
     # a gap of several periods, then one node only
@@ -217,3 +217,31 @@ def test_repeated_rounds_drop_a_near_duplicate_of_a_named_metric() -> None:
                 first_named += 1
                 assert b not in later, r["selected"]
     assert first_named >= 3  # the case arises (round 1 names one of the pair in 4 of 11 periods)
+
+
+def test_a_lagging_node_is_waited_for_and_a_stopped_one_only_slack_rows() -> None:
+    """One node's rows come 3 periods behind the others': the periods wait for it (its rows are in
+    every record, none late). Another node stops: the periods after it close once a node is
+    ``slack`` rows past its last one, without it, not at the end of the trace."""
+    batch, _ = smoothed("cactus", duration=600, nodes=6)
+    names = np.array(batch.node_names())
+    t0 = batch.ts.min()
+    keep = ~((names == "n05") & (batch.ts >= t0 + 200))  # n05 stops at 200 s
+    batch = batch.take(np.flatnonzero(keep))
+    names = names[keep]
+    slow = names == "n04"
+    op = ProjectionPursuit(period=30, window=5, slack=128, restarts=2)
+    records: list[dict[str, Any]] = []
+    for s in range(0, 600, 10):  # 10-s micro-batches; n04's are 90 s old
+        now = (batch.ts >= t0 + s) & (batch.ts < t0 + s + 10)
+        late = (batch.ts >= t0 + s - 90) & (batch.ts < t0 + s - 80)
+        records += op.update(batch.take(np.flatnonzero((now & ~slow) | (late & slow))))
+    records += op.update(batch.take(np.flatnonzero(slow & (batch.ts >= t0 + 510))))
+    analysed = [r for r in records if r["skipped"] is None]
+    assert len(analysed) >= 15 and all(r["diagnostics"]["late_rows"] == 0 for r in analysed)
+    before = [r for r in analysed if r["period_end"] <= t0 + 200]
+    after = [r for r in analysed if r["period_start"] >= t0 + 210]
+    assert before and all(r["diagnostics"]["nodes"] == 6 for r in before)
+    assert after and all(r["diagnostics"]["nodes"] == 5 for r in after)
+    # closed while the trace went on: n05's absence held them slack (128) rows, not to the end
+    assert max(r["period_end"] for r in records) >= t0 + 390

@@ -153,3 +153,55 @@ def test_forecasts_follow_the_kept_metrics_whatever_their_names() -> None:
 def test_forecast_settings_take_no_metric_names() -> None:
     with pytest.raises(ValueError, match="metrics it keeps"):
         Reduce(pursuit={"period": 30.0}, forecast={"metrics": ["cpu_user"]})
+
+
+def upstream_bursts(batch: Batch, seed: int, partitions: int = 4, most: int = 30) -> list[np.ndarray]:
+    """The row order of an at-least-once reader of perf.smoothed.byjob: each upstream partition
+    (``partitions`` of them, nodes spread over them) appends bursts of 1 to ``most - 1`` rows, in
+    time order, the partitions in a random order each round -- so a partition's nodes run up to
+    ~2·most/nodes-per-partition rows ahead of another's, and nodes first appear a burst apart."""
+    rng = np.random.default_rng(seed)
+    parts = [np.flatnonzero(batch.node_idx % partitions == p) for p in range(partitions)]
+    parts = [rows[np.argsort(batch.ts[rows], kind="stable")] for rows in parts]
+    pos, chunks = [0] * partitions, []
+    while any(pos[p] < len(parts[p]) for p in range(partitions)):
+        for p in rng.permutation(partitions).tolist():
+            k = int(rng.integers(1, most))
+            if pos[p] < len(parts[p]):
+                chunks.append(parts[p][pos[p] : pos[p] + k])
+            pos[p] += k
+    return chunks
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_how_upstream_partitions_interleave_changes_nothing(seed: int) -> None:
+    """The at-least-once run on the embedded broker: the reader sees each upstream partition's
+    outputs as they are written, so one partition's nodes come bursts ahead of another's, and some
+    nodes' first rows come after others reached the job's third period. The reduced stream and the
+    selections are those of one batch in time order (``perfsift analyze``), row for row. (The first
+    period once closed on the first partition's nodes alone, a lagging node was taken for a silent
+    one after one period: versions then shifted for every later row.)"""
+    samples, _ = spmd("sweep3d", nodes=12, duration=600, seed=2)
+    batch = SlidingMean(window=10, emit_every=10).update(samples_to_batch(samples))  # the node stage's output
+    settings = {"period": 30.0, "window": 1, "evidence_gap": 1, "restarts": 10, "slack": 32}  # the default pipeline's
+
+    def run(chunks: list[np.ndarray]) -> tuple[list[dict], list[dict], list[dict]]:
+        op = Reduce(pursuit=settings, full_every=10, forecast={"mode": "nws"})
+        outs = [op.update(batch.take(rows)) for rows in chunks]
+        rows = sorted((r for o in outs for r in reduced_rows(o)), key=lambda r: (r["node"], r["seq"]))
+        forecasts = sorted((f for o in outs for f in o["forecast"]), key=lambda f: (f["node"], f["ts"], f["metric"]))
+        return rows, [s for o in outs for s in o["selection"]], forecasts
+
+    chunks = upstream_bursts(batch, seed)
+    order = np.concatenate(chunks)
+    first = {n: i for i, n in reversed(list(enumerate(batch.node_idx[order].tolist())))}
+    # the case that broke: some node appears only after event time is two periods past the first row
+    ts = batch.ts[order]
+    assert ts[: max(first.values())].max() - ts.min() > 60
+    reference, ref_selections, ref_forecasts = run([np.argsort(batch.ts, kind="stable")])
+    streamed, selections, forecasts = run(chunks)
+    assert len(reference) == len(batch) and len(ref_selections) >= 18 and len(ref_forecasts) > 100
+    assert max(r["selection_version"] for r in reference) >= 1  # selections did change the kept set
+    assert streamed == reference
+    assert selections == ref_selections
+    assert forecasts == ref_forecasts
