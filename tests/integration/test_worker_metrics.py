@@ -54,7 +54,7 @@ def test_selection_gauges_on_metrics_match_the_published_selections(kafka: dict,
     }
     newest = max(controls, key=lambda c: c["version"])
     assert got[("perfsift_selection_version", "j1")] == newest["version"] >= 1
-    assert got[("perfsift_kept_metrics", "j1")] == len(newest["keep"]) == 3
+    assert got[("perfsift_kept_metrics", "j1")] == len(newest["keep"]) >= 1  # 0..3 kept since #32
     assert 0.2 < got[("perfsift_reduction_ratio", "j1")] < 0.8
     assert got[("perfsift_records_in_total", None)] == len(samples)
 
