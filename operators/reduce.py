@@ -86,9 +86,9 @@ class Reduce(Router):
     >>> values = np.c_[1 + 0.01 * noise[:, 0], np.where(node == "n0", 3.0, 1.0) + noise[:, 1],
     ...                2 + 0.1 * t + 0.01 * noise[:, 2]]
     >>> batch = Batch.from_columns(ts=t, nodes=node, metrics=["const", "bwrite", "trend"], values=values)
-    >>> out = Reduce(pursuit={"period": 30, "window": 1}).update(batch)
+    >>> out = Reduce(pursuit={"period": 30, "window": 1, "slack": 8}).update(batch)
     >>> [(b.metrics, float(b.ts.min()), float(b.ts.max())) for b in out["reduced"]]
-    [(('const', 'bwrite', 'trend'), 0.0, 29.0), (('bwrite',), 30.0, 59.0)]
+    [(('const', 'bwrite', 'trend'), 0.0, 29.0), (('bwrite',), 30.0, 59.0), (('bwrite',), 60.0, 60.0)]
     >>> [c["keep"] for c in out["control"]]
     [['bwrite']]
     """

@@ -129,3 +129,22 @@ def holm(p: np.ndarray) -> np.ndarray:
     out = np.empty(m)
     out[order] = adj
     return out
+
+
+def significant(
+    named: list[str], scores: dict[str, float], metric_p: dict[str, float], snapshots: int, alpha: float, k: int
+) -> tuple[list[str], str | None, float]:
+    """(selected, reason when none, the period's p-value): of the metrics whose nodes differ at
+    level ``alpha``, the ones projection pursuit named first (in its order), then the others by
+    importance (``scores``), at most ``k``. Under 3 ``snapshots`` per node the reason says there is
+    too little history (the operator then skips the period instead of keeping nothing)."""
+    sig = {m for m, p in metric_p.items() if p <= alpha}
+    rest = sorted(sig - set(named), key=lambda m: (-scores.get(m, 0.0), metric_p[m], m))
+    selected = ([m for m in named if m in sig] + rest)[:k]
+    p_value = min(metric_p.values(), default=1.0)
+    reason = None
+    if not selected:
+        reason = f"no metric differs across nodes beyond its own noise (p = {p_value:.3g} > alpha = {alpha:g})"
+        if snapshots < 3:
+            reason = f"too little history to tell noise from differences ({snapshots} snapshots per node)"
+    return selected, reason, float(p_value)

@@ -15,7 +15,7 @@ from perfsift.operators.base import Decider
 from perfsift.operators.batch import Batch
 from perfsift.operators.pursuit import projection as pp
 from perfsift.operators.pursuit.deviants import name_nodes, node_deviants
-from perfsift.operators.pursuit.evidence import holm, metric_pvalues
+from perfsift.operators.pursuit.evidence import holm, metric_pvalues, significant
 from perfsift.operators.pursuit.projection import PursuitResult, flat_diagnostics, projection_pursuit
 from perfsift.operators.pursuit.rows import JobState, RowConfig, stacked_rows
 
@@ -89,7 +89,8 @@ class ProjectionPursuit(Decider):
     Examples
     --------
     Eight nodes, 61 s: a constant with noise, a trend every node shares, and ``bwrite``, two of its
-    own noise higher on ``n0``. The first period keeps ``bwrite`` only, with its evidence:
+    own noise higher on ``n0``. The first period keeps ``bwrite`` only, with its evidence (it closes
+    once a node is ``slack`` rows past its end):
 
     >>> import numpy as np
     >>> from perfsift.operators import Batch
@@ -100,7 +101,7 @@ class ProjectionPursuit(Decider):
     >>> values = np.c_[1 + 0.01 * noise[:, 0], np.where(node == "n0", 3.0, 1.0) + noise[:, 1],
     ...                2 + 0.1 * t + 0.01 * noise[:, 2]]
     >>> batch = Batch.from_columns(ts=t, nodes=node, metrics=["const", "bwrite", "trend"], values=values)
-    >>> (record,) = ProjectionPursuit(period=30, window=1).update(batch)
+    >>> record = ProjectionPursuit(period=30, window=1, slack=8).update(batch)[0]  # slack: a short trace
     >>> record["selected"], record["metric_p"]["bwrite"] < 1e-6, record["metric_p"]["const"]
     (['bwrite'], True, 1.0)
     """
@@ -388,7 +389,10 @@ class ProjectionPursuit(Decider):
             if r.skipped is None:
                 named += [m for m in r.named if m not in named]
         metric_p = dict(zip(used, holm(metric_pvalues(block[:, :, cols])).tolist(), strict=True))
-        selected, reason, p_value = self._evidence(named, scores, metric_p, block.shape[1])
+        k, snapshots = self.dims * self.rounds, block.shape[1]
+        selected, reason, p_value = significant(named, scores, metric_p, snapshots, self.alpha, k)
+        if reason is not None and snapshots < 3:  # no evidence yet is not evidence of nothing:
+            return self._skipped(job, st, start, end, reason, info)  # what holds (all, at first) stays
         scores.update({m: 0.0 for m in missing})
         st.weights, st.weight_names = first.weights, list(first.metrics)
         if selected != st.selected:
@@ -400,23 +404,6 @@ class ProjectionPursuit(Decider):
         apart = node_deviants(x, used, row_id, st.nodes, first.weights, first.metrics, selected, self.z_threshold)
         rec["node_z"], rec["node_position"], rec["deviants"] = apart
         return rec
-
-    def _evidence(
-        self, named: list[str], scores: dict[str, float], metric_p: dict[str, float], snapshots: int
-    ) -> tuple[list[str], str | None, float]:
-        """(selected, reason when none, the period's p-value): of the metrics whose nodes differ at
-        level ``alpha``, the ones projection pursuit named first (in its order), then the others
-        by importance, at most ``dims · rounds``."""
-        sig = {m for m, p in metric_p.items() if p <= self.alpha}
-        rest = sorted(sig - set(named), key=lambda m: (-scores.get(m, 0.0), metric_p[m], m))
-        selected = ([m for m in named if m in sig] + rest)[: self.dims * self.rounds]
-        p_value = min(metric_p.values(), default=1.0)
-        reason = None
-        if not selected:
-            reason = f"no metric differs across nodes beyond its own noise (p = {p_value:.3g} > alpha = {self.alpha:g})"
-            if snapshots < 3:
-                reason = f"too little history to tell noise from differences ({snapshots} snapshots per node)"
-        return selected, reason, float(p_value)
 
     def _rounds(self, x: np.ndarray, names: list[str], rng: np.random.Generator, st: JobState) -> list[PursuitResult]:
         out: list[PursuitResult] = []
