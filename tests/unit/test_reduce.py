@@ -164,7 +164,7 @@ def bursty_writers(periods: int = 12, nodes: int = 8, seed: int = 3) -> Batch:
     burst = ((node == "n0") & (t >= 90) & (t < 180)) | ((node == "n5") & (t >= 240) & (t < 270))
     bwrite[burst] *= 20.0
     values = np.c_[bwrite, 2 + 0.01 * rng.standard_normal(len(t)), 5 + 0.01 * t + 0.05 * rng.standard_normal(len(t))]
-    return Batch.from_columns(ts=t, nodes=node, metrics=["bwrite", "forks", "cpu"], values=values)
+    return Batch.from_columns(ts=t, nodes=node.tolist(), metrics=["bwrite", "forks", "cpu"], values=values)
 
 
 def test_the_summary_counts_the_nodes_pursuit_names_per_job() -> None:
