@@ -4,6 +4,8 @@ pipeline's samples/s (``bench_pipeline.throughput``, one process per stage, embe
 
 Each measurement runs in a fresh process of the commit's own worktree and venv, so the two
 sides share the machine's load; only the ratios within this run mean anything on a shared VM.
+Before the rounds each side fills numba's cache (``operators.warm``) and runs a short pipeline,
+untimed: a commit whose kernels were never compiled would otherwise pay ~100 CPU-s in its first run.
 
     python -m bench.ab_pursuit_pipeline --base /tmp/base [--rounds 2] [--samples 200000]
 
@@ -23,6 +25,10 @@ from pathlib import Path
 
 from bench.common import ROOT, write_result
 
+WARM = (
+    "from perfsift.operators.warm import warm; warm(); "
+    "from bench.bench_pipeline import throughput; throughput({samples}, processes=True); print('{{}}')"
+)
 PURSUIT = "from bench.bench_pursuit import per_update; import json; print(json.dumps(per_update(12, 12, {periods})))"
 PIPELINE = (
     "from bench.bench_pipeline import throughput; import json; "
@@ -56,6 +62,8 @@ def main() -> None:
     trees = {"base": args.base.resolve(), "branch": ROOT.parent}
     heads = {k: git_head(t) for k, t in trees.items()}
     runs: dict[str, dict[str, list[dict]]] = {k: {"pursuit": [], "pipeline": []} for k in trees}
+    for tree in trees.values():  # numba's cache, and the first stage processes, compile nothing timed
+        measure(tree, WARM.format(samples=min(args.samples, 20_000)))
     load = [os.getloadavg()[0]]
     for rnd in range(args.rounds):
         order = list(trees) if rnd % 2 == 0 else list(reversed(trees))
