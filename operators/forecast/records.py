@@ -21,7 +21,11 @@ def forecast_records(out: Batch) -> list[dict[str, Any]]:
     known = ~np.isnan(ss)
 
     def or_none(x: np.ndarray) -> list[float | None]:
-        return np.where(known, x, None).tolist() if not known.all() else x.tolist()  # type: ignore[no-any-return]
+        """The values as floats, None where σ is unknown."""
+        y = x.astype(object)
+        y[~known] = None
+        out: list[float | None] = y.tolist()
+        return out
 
     node_names = np.asarray(out.nodes, dtype=object)[out.node_idx[rows]].tolist()
     job_names = np.asarray(out.jobs, dtype=object)[out.job_idx[rows]].tolist()
