@@ -377,9 +377,19 @@ def _bytes_table(volume: dict[str, Any]) -> Table:
     return t
 
 
+def nodes_apart(counts: dict[str, int], shown: int = 6) -> str:
+    """``n12 (4 periods), n00 (2), ...``: the nodes named most often first, at most ``shown``."""
+    most = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    text = ", ".join(
+        f"{n} ({c}{(' period' if c == 1 else ' periods') if i == 0 else ''})" for i, (n, c) in enumerate(most[:shown])
+    )
+    return text + (f", ... ({len(most) - shown} more)" if len(most) > shown else "")
+
+
 def _selections(jobs: dict[str, dict[str, Any]]) -> str | None:
     """One line per job: the metrics the reduced stream keeps now and the share of values sent,
-    and the nodes in violation of the contract when a contract stage runs."""
+    the nodes pursuit named as standing apart (most often first, with the number of periods), and
+    the nodes in violation of the contract when a contract stage runs."""
     lines = []
     for job, j in sorted(jobs.items()):
         parts = []
@@ -387,6 +397,8 @@ def _selections(jobs: dict[str, dict[str, Any]]) -> str | None:
             kept = ", ".join(j["kept"]) if j["kept"] else "everything (no selection yet)"
             share = j["values_out"] / j["values_in"] if j["values_in"] else 0.0
             parts.append(f"keeps {kept} (selection v{j['selection_version']}); {share:.0%} of the values sent")
+        if j.get("nodes_apart"):  # reduce's pursuit named nodes as standing apart (#32)
+            parts.append("nodes apart: " + nodes_apart(j["nodes_apart"]))
         if "contract_nodes" in j:
             states = j["contract_nodes"]
             bad = sorted(n for n, s in states.items() if s == "violated")

@@ -48,6 +48,7 @@ class _JobSelection:
         self.samples = 0
         self.values_in = 0
         self.values_out = 0
+        self.named: dict[str, int] = {}  # node -> pursuit periods that named it (deviant_nodes)
 
 
 class Reduce(Router):
@@ -98,7 +99,7 @@ class Reduce(Router):
     #: kinds a stage need not route anywhere (emitted only when configured)
     optional_outputs: ClassVar[tuple[str, ...]] = ("forecast",)
 
-    STATE_VERSION = 2
+    STATE_VERSION = 3  # 3: per-job counts of the nodes named (nodes_apart)
 
     def __init__(
         self,
@@ -167,6 +168,10 @@ class Reduce(Router):
     def _decide(self, records: list[dict[str, Any]], out: dict[str, Any]) -> None:
         out["selection"] += records
         for rec in records:
+            if rec["kind"] == "pursuit":  # the nodes each period names as standing apart (#32)
+                named = self.jobs_.setdefault(rec["job"], _JobSelection()).named
+                for node in {d["node"] for d in rec.get("deviant_nodes") or ()}:
+                    named[node] = named.get(node, 0) + 1
             self._apply(rec, out)
 
     def _open_period(self, job: str) -> int | None:
@@ -283,7 +288,9 @@ class Reduce(Router):
 
     # -- reporting --------------------------------------------------------------------------------
     def summary(self) -> dict[str, dict[str, Any]]:
-        """Per job: samples, metric values in and out, their ratio, the kept metrics and version."""
+        """Per job: samples, metric values in and out, their ratio, the kept metrics and version,
+        and ``nodes_apart``: the nodes pursuit named as standing apart and in how many periods, most
+        often first (a node is counted once per period)."""
         out = {}
         # a copy first: live views call this from another thread while update() may add a job
         for job, st in list(self.jobs_.items()):
@@ -295,6 +302,7 @@ class Reduce(Router):
                 "reduction_ratio": ratio,
                 "kept": st.kept,
                 "selection_version": st.version,
+                "nodes_apart": dict(sorted(st.named.items(), key=lambda kv: (-kv[1], kv[0]))),
             }
         return out
 
@@ -320,6 +328,7 @@ class Reduce(Router):
                 "version": st.version,
                 "history": st.history,
                 "counts": [st.samples, st.values_in, st.values_out],
+                "named": st.named,
             }
             for job, st in self.jobs_.items()
         }
@@ -337,6 +346,7 @@ class Reduce(Router):
             st.pursuit, st.reduction, st.kept, st.version = j["pursuit"], j["reduction"], j["kept"], j["version"]
             st.history = [(int(p), list(k), int(v)) for p, k, v in j["history"]]
             st.samples, st.values_in, st.values_out = j["counts"]
+            st.named = {str(n): int(c) for n, c in j["named"].items()}
             self.jobs_[job] = st
         for i, held in enumerate(meta.get("pending", [])):
             cols = {c: arrays[f"pending{i}_{c}"].copy() for c in ("ts", "node_idx", "job_idx", "seq", "values")}

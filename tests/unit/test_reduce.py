@@ -205,3 +205,43 @@ def test_how_upstream_partitions_interleave_changes_nothing(seed: int) -> None:
     assert streamed == reference
     assert selections == ref_selections
     assert forecasts == ref_forecasts
+
+
+def bursty_writers(periods: int = 12, nodes: int = 8, seed: int = 3) -> Batch:
+    """Smoothed samples of ``nodes`` nodes, 1 Hz; n0 writes 20x more in periods 3-5, n5 in 8."""
+    rng = np.random.default_rng(seed)
+    t = np.repeat(np.arange(30.0 * periods), nodes)
+    node = np.tile([f"n{p}" for p in range(nodes)], 30 * periods)
+    bwrite = 1.0 + 0.1 * rng.standard_normal(len(t))
+    burst = ((node == "n0") & (t >= 90) & (t < 180)) | ((node == "n5") & (t >= 240) & (t < 270))
+    bwrite[burst] *= 20.0
+    values = np.c_[bwrite, 2 + 0.01 * rng.standard_normal(len(t)), 5 + 0.01 * t + 0.05 * rng.standard_normal(len(t))]
+    return Batch.from_columns(ts=t, nodes=node.tolist(), metrics=["bwrite", "forks", "cpu"], values=values)
+
+
+def test_the_summary_counts_the_nodes_pursuit_names_per_job() -> None:
+    """#32: the run's closing line names the nodes that stood apart, from reduce's summary, which
+    counts each pursuit record's deviant_nodes (once per period), survives a restart, and is what
+    ``perfsift run`` prints."""
+    from perfsift.cli.pipeline import _selections
+
+    batch = bursty_writers()
+    op = Reduce(pursuit={"period": 30.0, "window": 1}, full_every=0)
+    half = np.flatnonzero(batch.ts < 180)
+    out = op.update(batch.take(half))
+    restored = Reduce(pursuit={"period": 30.0, "window": 1}, full_every=0)
+    restored.restore(op.snapshot())
+    later = [restored.update(batch.take(np.flatnonzero(batch.ts >= 180))), restored.flush()]
+    records = out["selection"] + [s for o in later for s in o["selection"]]
+    expected = Counter(n for r in records if r["kind"] == "pursuit" for n in {d["node"] for d in r["deviant_nodes"]})
+    apart = restored.summary()["default"]["nodes_apart"]
+    assert apart == dict(expected)
+    assert list(apart.items()) == sorted(expected.items(), key=lambda kv: (-kv[1], kv[0]))  # most often first
+    assert next(iter(apart)) == "n0" and apart["n0"] >= 2  # the longer episode first
+    assert "n5" in apart and apart["n0"] > apart["n5"]
+    calm = {f"n{p}" for p in range(8)} - {"n0", "n5"}
+    assert sum(c for n, c in apart.items() if n in calm) <= 1  # calm nodes named falsely: at most once
+    line = _selections(restored.summary())
+    assert line is not None
+    shown = ", ".join(f"{n} ({c}{' periods' if i == 0 else ''})" for i, (n, c) in enumerate(apart.items()))
+    assert line.startswith("default: keeps ") and line.endswith(f"nodes apart: {shown}"), line
