@@ -271,7 +271,8 @@ def step(  # type: ignore[no-untyped-def]
     each, in arrival order, so a series' successive values are handled while its state is in cache;
     segments (distinct series) run in parallel. Per item: the primary behind the final forecast,
     the MSE and MAE forecasts of the next value, sigma = sqrt(realised MSE) and the realised MAE
-    (of the final MAE forecasts), written at index dest[i] of the output arrays (the caller's flat cell of the item, so no scatter follows)."""
+    (of the final MAE forecasts), written at index dest[i] of the output arrays (the caller's flat
+    cell of the item, so no scatter follows)."""
     n_primary = pending.shape[1]
     n_sel = sel_pending.shape[1]
     n_seg = seg.shape[0] - 1

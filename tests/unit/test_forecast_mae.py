@@ -41,7 +41,7 @@ def test_mae_is_the_realised_mae_of_the_mae_forecasts(engine: str) -> None:
     half = 2 * np.sqrt(np.pi / 2) * oracle[1:]
     np.testing.assert_allclose(c["lower_mae"][1:], c["mae_forecast"][1:] - half, rtol=1e-9)
     np.testing.assert_allclose(c["upper_mae"][1:], c["mae_forecast"][1:] + half, rtol=1e-9)
-    assert MAE_SIGMA == pytest.approx(1.2533141373155, abs=1e-12)
+    assert pytest.approx(1.2533141373155, abs=1e-12) == MAE_SIGMA
 
 
 @pytest.mark.parametrize(
