@@ -62,9 +62,9 @@ def test_centred_hampel_equals_the_slow_oracle(seed: int, half: int) -> None:
 
 
 def test_centred_window_finds_the_spikes_and_leaves_a_level_step_alone() -> None:
-    """A clean step followed by spikes: the centred window has the step's new level on both sides
-    of every value after it, so it flags the spikes (recall 1) and nothing else (precision 1);
-    the causal window flags the first values of the new level."""
+    """A clean level step and four spikes: the centred window holds a majority of the value's own
+    level on either side of the step, so it flags all spikes and nothing near the step, while the
+    causal window, all old level, flags the first values of the new one."""
     rng = np.random.default_rng(7)
     x = rng.normal(100.0, 1.0, 400)
     x[200:] += 30.0
@@ -79,8 +79,9 @@ def test_centred_window_finds_the_spikes_and_leaves_a_level_step_alone() -> None
 
     centred = flagged("centred")
     assert (centred & truth).sum() == truth.sum()  # recall
-    assert (centred & ~truth).sum() <= 2  # precision: at most the odd 3-sigma normal value
-    assert not centred[200:203].any()
+    # the rest is the filter's rate on normal noise with an 11-value MAD (10 of 400 here), none at the step
+    assert (centred & ~truth).sum() <= 16
+    assert not centred[195:206].any()
     assert flagged("causal")[200:203].all()  # the causal window is all old level at the step
 
 
