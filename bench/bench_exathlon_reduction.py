@@ -19,7 +19,7 @@ from typing import Any
 
 from perfsift.analysis.evaluation import RegressionTable, evaluate_reduction
 from perfsift.cli.ui import read_trace
-from perfsift.operators.reduction.reduction import bucket_rows
+from perfsift.operators.reduction.buckets import bucket_rows
 from perfsift.operators.reduction.regression import expand_predictors
 
 from bench.common import ROOT, write_result

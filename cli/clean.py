@@ -55,6 +55,10 @@ def clean_command(
         Path | None, typer.Option("--config", "-c", help="Pipeline YAML whose clean settings to use.")
     ] = None,
     mode: Annotated[str | None, typer.Option(help="predict (default), window, hampel, ewma or none.")] = None,
+    hampel_mode: Annotated[
+        str | None,
+        typer.Option(help="Hampel window: causal (default) or centred on the value (reads the whole trace at once)."),
+    ] = None,
     action: Annotated[str | None, typer.Option(help="flag, clip, replace, drop, trim_log or trim_sqrt.")] = None,
     impute: Annotated[str | None, typer.Option(help="knn, last, mean or none.")] = None,
     k: Annotated[
@@ -73,6 +77,7 @@ def clean_command(
     params = _clean_params(config)
     given = {
         "mode": mode,
+        "hampel_mode": hampel_mode,
         "action": action,
         "impute": impute,
         "k": k,
@@ -98,7 +103,9 @@ def clean_command(
     try:
         with out_file.open("wb") as fh, progress:
             task = progress.add_task(f"cleaning {trace.name}", total=None)
-            while chunk := list(itertools.islice(samples, 5000)):
+            # the centred Hampel window needs each value's successors: the whole trace in one batch
+            size = None if op.mode == "hampel" and op.hampel_mode == "centred" else 5000
+            while chunk := list(itertools.islice(samples, size)):
                 batch = op.update(samples_to_batch(chunk))
                 for line in encode_batch(batch):
                     fh.write(line + b"\n")

@@ -16,7 +16,7 @@ from perfsift.cli.ui import fail, out, read_trace, write_jsonl
 from perfsift.operators import ForecastBank
 from perfsift.operators.forecast.forecast import PRIMARIES
 from perfsift.operators.forecast.records import forecast_records
-from perfsift.operators.reduction.reduction import bucket_rows
+from perfsift.operators.reduction.buckets import bucket_rows
 from perfsift.operators.reduction.regression import expand_predictors
 from rich.table import Table
 

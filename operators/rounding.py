@@ -7,6 +7,8 @@ import numpy as np
 #: significant digits of the numbers on perf.forecast: far finer than any forecast's σ, and without
 #: the binary-rounding tails (51.518299999999996) that make up a third of the compressed bytes
 FORECAST_DIGITS = 9
+#: σ of a forecast from its mean absolute error (METHODS.md §5.3): E|e| = σ·sqrt(2/π) for normal errors
+MAE_SIGMA = float(np.sqrt(np.pi / 2))
 
 
 def round_sig(x: np.ndarray, digits: int = FORECAST_DIGITS) -> np.ndarray:
@@ -26,8 +28,12 @@ def round_sig(x: np.ndarray, digits: int = FORECAST_DIGITS) -> np.ndarray:
     return np.where(ok & np.isfinite(rounded), rounded, x)
 
 
-def forecast_bounds(f: np.ndarray, s: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Forecasts, σ, lower and upper bounds (f ∓ 2σ) as perf.forecast carries them (rounded to
-    :data:`FORECAST_DIGITS`; rounding is monotone, so lower <= forecast <= upper holds)."""
+def forecast_bounds(
+    f: np.ndarray, s: np.ndarray, scale: float = 1.0
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Forecasts, error, lower and upper bounds (f ∓ 2·scale·error) as perf.forecast carries them
+    (rounded to :data:`FORECAST_DIGITS`; rounding is monotone, so lower <= forecast <= upper holds).
+    The error is σ (scale 1) or the MAE (scale :data:`MAE_SIGMA`)."""
     fr, sr = round_sig(f), round_sig(s)
-    return fr, sr, round_sig(fr - 2 * sr), round_sig(fr + 2 * sr)
+    half = 2 * scale * sr
+    return fr, sr, round_sig(fr - half), round_sig(fr + half)

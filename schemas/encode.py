@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import orjson
 from perfsift.operators.batch import Batch
-from perfsift.operators.rounding import forecast_bounds
+from perfsift.operators.rounding import MAE_SIGMA, forecast_bounds
 from perfsift.schemas.batches import batch_to_samples
 from perfsift.schemas.codecs import codec_for
 
@@ -71,12 +71,13 @@ def encode_forecasts(out: Batch, methods: Sequence[str]) -> tuple[list[bytes], l
     """perf.forecast records in JSON, column-wise, and their keys (node): the bytes that
     ``orjson.dumps`` gives for ``forecast_records(out)``, without a dict per record.
 
-    ``out`` is a forecaster's batch (values = forecasts, NaN where none; extra ``sigma`` and
-    ``method``, codes into ``methods``)."""
+    ``out`` is a forecaster's batch (values = forecasts, NaN where none; extra ``sigma``,
+    ``method`` - codes into ``methods`` - and ``mae_forecast``, ``mae``)."""
     rows, cols = np.nonzero(~np.isnan(out.values))
     if not len(rows):
         return [], []
     f, s, lower, upper = forecast_bounds(out.values[rows, cols], out.extra["sigma"][rows, cols])
+    mae_bounds = forecast_bounds(out.extra["mae_forecast"][rows, cols], out.extra["mae"][rows, cols], MAE_SIGMA)
     node_json = [orjson.dumps(n) for n in out.nodes]
     job_json = [orjson.dumps(j) for j in out.jobs]
     metric_json = [orjson.dumps(m) for m in out.metrics]
@@ -92,8 +93,12 @@ def encode_forecasts(out: Batch, methods: Sequence[str]) -> tuple[list[bytes], l
         json_cells(lower),
         json_cells(upper),
         [method_json[m] for m in out.extra["method"][rows, cols].astype(np.int64).tolist()],
+        *(json_cells(c) for c in mae_bounds),
     ]
-    template = b'{"ts":%s,"node":%s,"job":%s,"metric":%s,"forecast":%s,"sigma":%s,"lower":%s,"upper":%s,"method":%s}'
+    template = (
+        b'{"ts":%s,"node":%s,"job":%s,"metric":%s,"forecast":%s,"sigma":%s,"lower":%s,"upper":%s,"method":%s,'
+        b'"mae_forecast":%s,"mae":%s,"lower_mae":%s,"upper_mae":%s}'
+    )
     node_keys = [n.encode() for n in out.nodes]
     return [template % r for r in zip(*columns, strict=True)], [node_keys[i] for i in node_codes]
 

@@ -15,7 +15,8 @@ Per (job, node) and metric, in this order:
    recent residuals, their mean absolute value winsorised at the threshold; flagged values never
    enter the fit, and a run of ``accept_after`` flags is a new level), ``window`` (METHODS.md
    §3.6: mean + k·σ of the last ``window`` accepted values; same rules), ``hampel`` (causal
-   window of the last 2·half originals and the value, median ± k·1.4826·MAD), ``ewma`` (EW
+   window of the last 2·half originals and the value, median ± k·1.4826·MAD; ``hampel_mode``
+   ``centred``: the window [t−half, t+half], offline), ``ewma`` (EW
    mean and variance, winsorised at flags), or ``none``;
    plus knowledge-base maxima (``history``: flag x > γ·max) and ``nonnegative`` metrics
    (negative values are impossible). A flagged value is, by ``action``: kept (``flag``), clipped to
@@ -43,6 +44,7 @@ import numpy as np
 from perfsift.operators._keyed import KeyedColumns, group_rows, grow
 from perfsift.operators.base import Transformer, warm_batch
 from perfsift.operators.batch import Batch
+from perfsift.operators.clean._hampel import apply_centred
 from perfsift.operators.clean._impute import causal_fallbacks, key_references, knn_row, remember, track_clean
 from perfsift.operators.clean._knowledge import KnowledgeHistory
 
@@ -74,6 +76,9 @@ class Clean(Transformer):
         Predict mode: the number of newest accepted values the local line is fitted to.
     half : int
         Hampel half-width: the causal window is the last 2·half values and the current one.
+    hampel_mode : str
+        ``causal`` (default) or ``centred``: the window [t−half, t+half] (METHODS.md §0.4), offline
+        only - the whole trace in one batch (``perfsift clean --hampel-mode centred``; _hampel.py).
     window, n_min, accept_after, alpha, two_sided
         Window and EWMA modes (METHODS.md §3.6); no value is flagged before ``n_min`` values.
         ``accept_after`` applies in predict mode too; ``alpha`` is its residual scale's weight;
@@ -121,6 +126,7 @@ class Clean(Transformer):
         k: float | None = None,
         fit: int = 8,
         half: int = 5,
+        hampel_mode: str = "causal",
         window: int = 100,
         n_min: int = 10,
         accept_after: int = 10,
@@ -145,6 +151,7 @@ class Clean(Transformer):
         self.k = k
         self.fit = fit
         self.half = half
+        self.hampel_mode = hampel_mode
         self.window = window
         self.n_min = n_min
         self.accept_after = accept_after
@@ -178,6 +185,9 @@ class Clean(Transformer):
             raise ValueError(f"action must be one of {', '.join(ACTIONS)}, got {self.action!r}")
         if self.impute not in IMPUTE:
             raise ValueError(f"impute must be one of {', '.join(IMPUTE)}, got {self.impute!r}")
+        if self.hampel_mode not in ("causal", "centred"):
+            raise ValueError(f"hampel_mode must be causal or centred, got {self.hampel_mode!r}")
+        self.batches_ = 0  # centred Hampel: the whole trace must come as one batch
         if self.weights not in ("distance", "uniform") or self.target_transform not in ("none", "log1p"):
             raise ValueError("weights must be distance|uniform and target_transform none|log1p")
         bad = self.k is not None and not self.k > 0
@@ -252,6 +262,10 @@ class Clean(Transformer):
     def update(self, batch: Batch) -> Batch:
         from perfsift.operators.clean import _clean_kernel as kern
 
+        centred = self.mode == "hampel" and self.hampel_mode == "centred"
+        if centred and self.batches_:
+            raise RuntimeError("hampel_mode centred needs the whole trace in one batch (offline only)")
+        self.batches_ += 1
         flags: list[list[dict[str, Any]] | None] = [None] * len(batch)
         batch = self._convert_counters(batch, flags)
         keys = self.cols_.row_keys(batch)
@@ -285,7 +299,7 @@ class Clean(Transformer):
             out,
             rule,
             thr,
-            MODES[self.mode],
+            MODES["none" if centred else self.mode],
             float(self.k_used),
             int(self.n_min),
             int(self.accept_after),
@@ -294,6 +308,8 @@ class Clean(Transformer):
             bool(self.two_sided_used),
             float(self.gamma),
         )
+        if centred:
+            apply_centred(vals, keys, self.half, float(self.k_used), self.action, out, rule, thr)
         rows, jcols = np.nonzero(rule)
         rule_names = {1: STAT_RULE[self.mode], 2: "kb_max", 3: "negative"}
         batch_metrics, action = batch.metrics, self.action
@@ -467,26 +483,8 @@ class Clean(Transformer):
                 flags[r] = [f] if flags[r] is None else [*flags[r], f]
 
     # -- snapshots -------------------------------------------------------------------------------------
-    _ARRAYS = (
-        "hist_",
-        "hpos_",
-        "hn_",
-        "accepted_",
-        "em_",
-        "ev_",
-        "run_n_",
-        "runbuf_",
-        "scale_",
-        "nres_",
-        "last_",
-        "sum_",
-        "cnt_",
-        "raw_last_",
-        "raw_ts_",
-        "refs_",
-        "ref_n_",
-        "ref_pos_",
-    )
+    _ARRAYS: tuple[str, ...] = ("hist_", "hpos_", "hn_", "accepted_", "em_", "ev_", "run_n_", "runbuf_", "scale_")
+    _ARRAYS += ("nres_", "last_", "sum_", "cnt_", "raw_last_", "raw_ts_", "refs_", "ref_n_", "ref_pos_")
 
     def _state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         meta = {"keys": self.cols_.keys, "metrics": self.cols_.metrics}

@@ -265,12 +265,14 @@ def step(  # type: ignore[no-untyped-def]
     mse_out,
     mae_out,
     sigma_out,
+    mae_err_out,
 ) -> None:
     """Feed x[i] to series s[i]. Items come in segments ``seg[q] .. seg[q + 1] - 1`` of one series
     each, in arrival order, so a series' successive values are handled while its state is in cache;
     segments (distinct series) run in parallel. Per item: the primary behind the final forecast,
-    the MSE and MAE forecasts of the next value and sigma = sqrt(realised MSE), written at index
-    dest[i] of the output arrays (the caller's flat cell of the item, so no scatter follows)."""
+    the MSE and MAE forecasts of the next value, sigma = sqrt(realised MSE) and the realised MAE
+    (of the final MAE forecasts), written at index dest[i] of the output arrays (the caller's flat
+    cell of the item, so no scatter follows)."""
     n_primary = pending.shape[1]
     n_sel = sel_pending.shape[1]
     n_seg = seg.shape[0] - 1
@@ -430,6 +432,7 @@ def step(  # type: ignore[no-untyped-def]
                 mse_out[dest[i]] = mse_f
                 mae_out[dest[i]] = mae_f
                 sigma_out[dest[i]] = np.sqrt(fin_se[sid] / fin_n[sid]) if fin_n[sid] > 0 else np.nan
+                mae_err_out[dest[i]] = fin_ae[sid] / fin_n[sid] if fin_n[sid] > 0 else np.nan
                 # 6. re-base the running sums every 1000 scores
                 if scored and k % 1000 == 0:
                     bslot = (k + 1) % RING

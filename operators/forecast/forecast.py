@@ -8,7 +8,8 @@ Every (job, node, metric) is a series. On each new value the bank
    windowed) MSE or MAE, and
 3. reports the *MSE forecast* - the output of the selector with the lowest cumulative squared
    error - with the stochastic bounds ``forecast ± 2·sqrt(MSE)`` (§5.3), MSE being the realised
-   mean squared error of those final forecasts so far.
+   mean squared error of those final forecasts so far; beside it the *MAE forecast* with
+   ``mae_forecast ± 2·sqrt(π/2)·MAE``.
 
 All series that receive a value at the same step are updated in one set of numpy operations.
 """
@@ -42,7 +43,7 @@ from perfsift.operators.forecast._nws_rows import (
     trimmed_mean,
     window_sums,
 )
-from perfsift.operators.forecast.records import forecast_records
+from perfsift.operators.forecast.records import bank_output, forecast_records
 
 __all__ = ["PRIMARIES", "ForecastBank", "forecast_records"]  # PRIMARIES: the names of the method indices
 
@@ -66,8 +67,9 @@ class ForecastBank(Decider):
     Output: a batch with the same rows and metric columns, whose values are the MSE forecasts of
     each series' *next* value, with extra 2-D columns ``sigma`` (sqrt of the realised MSE of the
     final forecasts; NaN before the first score), ``lower``/``upper`` (forecast ∓ 2σ), ``method``
-    (index into :data:`PRIMARIES` of the primary used, -1 where the metric was missing) and
-    ``mae_forecast``.
+    (index into :data:`PRIMARIES` of the primary used, -1 where the metric was missing),
+    ``mae_forecast``, ``mae`` (realised MAE of the final MAE forecasts) and ``lower_mae``/``upper_mae``
+    (mae_forecast ∓ 2·sqrt(π/2)·mae, METHODS.md §5.3).
 
     Parameters
     ----------
@@ -226,8 +228,8 @@ class ForecastBank(Decider):
     # -- one step for many series -------------------------------------------------------------------
     def _step_compiled(self, s: np.ndarray, values: np.ndarray, cell: np.ndarray, outs: tuple[np.ndarray, ...]) -> None:
         """Feed values[cell[i]] to series s[i] (series may repeat; arrival order = item order). The
-        kernel writes item i's primary behind the final forecast, MSE and MAE forecasts and sigma
-        straight into cell[i] of the flat arrays ``outs`` (in that order)."""
+        kernel writes item i's primary behind the final forecast, MSE and MAE forecasts, sigma and
+        MAE straight into cell[i] of the flat arrays ``outs`` (in that order)."""
         from perfsift.operators.forecast import _nws_kernel
 
         order = np.argsort(s, kind="stable")
@@ -440,6 +442,7 @@ class ForecastBank(Decider):
         out = np.full((k, n), np.nan)
         sigma = np.full((k, n), np.nan)
         mae_f = np.full((k, n), np.nan)
+        mae = np.full((k, n), np.nan)
         method = np.full((k, n), -1, dtype=np.int64)
         if k and self.engine == "compiled":
             cols = self.cols_.metric_columns(batch.metrics)
@@ -448,7 +451,7 @@ class ForecastBank(Decider):
             cell = np.flatnonzero(~np.isnan(values))  # row-major: arrival order per series
             if len(cell):
                 sid = self._series(keys[cell // n], cols[cell % n])
-                outs = tuple(a.reshape(-1) for a in (method, out, mae_f, sigma))  # views: written in place
+                outs = tuple(a.reshape(-1) for a in (method, out, mae_f, sigma, mae))  # views: written in place
                 self._step_compiled(sid, values, cell, outs)
         elif k:
             cols = self.cols_.metric_columns(batch.metrics)
@@ -467,10 +470,9 @@ class ForecastBank(Decider):
                 mae_f[rows[ri], ci] = self.fin_mae_f_[sid]
                 with np.errstate(all="ignore"):
                     sigma[rows[ri], ci] = np.sqrt(self.fin_se_[sid] / self.fin_n_[sid])
+                    mae[rows[ri], ci] = self.fin_ae_[sid] / self.fin_n_[sid]
                 method[rows[ri], ci] = primary
-        return batch.with_values(
-            out, sigma=sigma, lower=out - 2 * sigma, upper=out + 2 * sigma, method=method, mae_forecast=mae_f
-        )
+        return bank_output(batch, out, sigma, mae_f, mae, method)
 
     def _state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         n = self.n_series_

@@ -7,7 +7,27 @@ from typing import Any
 import numpy as np
 from perfsift.operators.batch import Batch
 from perfsift.operators.forecast._nws_constants import PRIMARIES
-from perfsift.operators.rounding import forecast_bounds
+from perfsift.operators.rounding import MAE_SIGMA, forecast_bounds
+
+
+def bank_output(
+    batch: Batch, out: np.ndarray, sigma: np.ndarray, mae_f: np.ndarray, mae: np.ndarray, method: np.ndarray
+) -> Batch:
+    """The forecast bank's output batch: values = MSE forecasts, with the extra columns ``sigma``,
+    ``lower``/``upper`` (forecast ∓ 2σ), ``method``, ``mae_forecast``, ``mae`` (realised MAE of the
+    MAE forecasts) and ``lower_mae``/``upper_mae`` (mae_forecast ∓ 2·sqrt(π/2)·mae, METHODS.md §5.3)."""
+    s_mae = MAE_SIGMA * mae
+    return batch.with_values(
+        out,
+        sigma=sigma,
+        lower=out - 2 * sigma,
+        upper=out + 2 * sigma,
+        method=method,
+        mae_forecast=mae_f,
+        mae=mae,
+        lower_mae=mae_f - 2 * s_mae,
+        upper_mae=mae_f + 2 * s_mae,
+    )
 
 
 def forecast_records(out: Batch) -> list[dict[str, Any]]:
@@ -18,12 +38,13 @@ def forecast_records(out: Batch) -> list[dict[str, Any]]:
     if not len(rows):
         return []
     fs, ss, lo, hi = forecast_bounds(out.values[rows, cols], out.extra["sigma"][rows, cols])
-    known = ~np.isnan(ss)
+    fa, ma, lo_a, hi_a = forecast_bounds(out.extra["mae_forecast"][rows, cols], out.extra["mae"][rows, cols], MAE_SIGMA)
+    known, known_a = ~np.isnan(ss), ~np.isnan(ma)
 
-    def or_none(x: np.ndarray) -> list[float | None]:
-        """The values as floats, None where σ is unknown."""
+    def or_none(x: np.ndarray, mask: np.ndarray) -> list[float | None]:
+        """The values as floats, None where the error scale (σ or the MAE) is unknown."""
         y = x.astype(object)
-        y[~known] = None
+        y[~mask] = None
         out: list[float | None] = y.tolist()
         return out
 
@@ -37,13 +58,16 @@ def forecast_records(out: Batch) -> list[dict[str, Any]]:
         job_names,
         metrics,
         fs.tolist(),
-        or_none(ss),
-        or_none(lo),
-        or_none(hi),
+        or_none(ss, known),
+        or_none(lo, known),
+        or_none(hi, known),
         methods,
+        fa.tolist(),
+        or_none(ma, known_a),
+        or_none(lo_a, known_a),
+        or_none(hi_a, known_a),
         strict=True,
     )
-    return [
-        {"ts": t, "node": n, "job": j, "metric": m, "forecast": f, "sigma": s, "lower": lo_, "upper": hi_, "method": k}
-        for t, n, j, m, f, s, lo_, hi_, k in fields
-    ]
+    keys = ("ts", "node", "job", "metric", "forecast", "sigma", "lower", "upper", "method")
+    keys_mae = ("mae_forecast", "mae", "lower_mae", "upper_mae")
+    return [dict(zip(keys + keys_mae, f, strict=True)) for f in fields]

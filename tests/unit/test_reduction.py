@@ -7,7 +7,8 @@ from typing import Any
 import numpy as np
 import pytest
 from perfsift.analysis.evaluation import evaluate_reduction
-from perfsift.operators.reduction.reduction import DataReduction, bucket_rows, reduce_metrics
+from perfsift.operators.reduction.buckets import bucket_rows
+from perfsift.operators.reduction.reduction import DataReduction, reduce_metrics
 from perfsift.operators.reduction.redundancy import PairwiseMoments, cluster_features, constant_features, fisher_z
 from perfsift.operators.reduction.regression import backward_elimination, refit_r2
 from perfsift.producers.synth import gridftp
