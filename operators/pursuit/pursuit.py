@@ -165,7 +165,7 @@ class ProjectionPursuit(Decider):
         names = [f"m{j}" for j in range(6)]
         x = np.random.default_rng(0).normal(size=(24, len(names)))
         projection_pursuit(x, names, restarts=1, trim=self.trim, cumulants=self.cumulants, optimizer=self.optimizer)
-        name_nodes(np.repeat(x[None, :, :], 4, axis=0), np.tile(np.arange(24.0), (4, 1)), list("abcd"), names, 6.0, 24.0)
+        name_nodes(np.stack([x] * 4), np.tile(np.arange(24.0), (4, 1)), list("abcd"), names, 6.0, 24.0)
 
     def reset(self) -> None:
         if not self.period > 0:
