@@ -67,9 +67,9 @@ def test_container_command_line_becomes_ready_processes_and_stops_on_sigterm(kaf
         publish_samples(kafka, cfg.topic("perf.clean"), samples)  # the smooth stage reads perf.clean
         # one mean per node every 10 samples (the k8s layout's emit_every), in column frames
         want = smoothed_means(samples)
-        out = read_topic(kafka, cfg.topic("perf.smoothed"), lambda r: len(r) >= len(want))
+        out = read_topic(kafka, cfg.topic("perf.smoothed.byjob"), lambda r: len(r) >= len(want))
         assert len(out) == len(want) == 9 and {(s["node"], s["metrics"]["x"]) for s in out} == want
-        messages = read_topic(kafka, cfg.topic("perf.smoothed"),
+        messages = read_topic(kafka, cfg.topic("perf.smoothed.byjob"),
                               lambda r: sum(len(decode_any(m.value()).record) for m in r) >= len(want),
                               decode=False)  # fmt: skip
         # the counters move right after the batch is handed to the producer: allow that instant
@@ -79,7 +79,8 @@ def test_container_command_line_becomes_ready_processes_and_stops_on_sigterm(kaf
         code, metrics = get(f"http://127.0.0.1:{port}/metrics")
         assert code == 200 and 'perfsift_records_in_total{stage="smooth"} 90.0' in metrics
         # records out count messages: each frame once
-        assert f'perfsift_topic_records_out_total{{stage="smooth",topic="perf.smoothed"}} {len(messages)}.0' in metrics
+        out_line = f'perfsift_topic_records_out_total{{stage="smooth",topic="perf.smoothed.byjob"}} {len(messages)}.0'
+        assert out_line in metrics
         assert get(f"http://127.0.0.1:{port}/nope")[0] == 404
     finally:
         proc.send_signal(signal.SIGTERM)

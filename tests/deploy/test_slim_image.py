@@ -72,7 +72,7 @@ def test_a_worker_runs_without_the_broker_package_and_matplotlib(kafka: dict, pr
     assert counts["records_in"] == 90, counts
     # one mean per node every 10 samples (the k8s layout's emit_every), in column frames
     want = smoothed_means(samples)
-    got = read_topic(kafka, cfg.topic("perf.smoothed"), lambda rs: len(rs) >= len(want))
+    got = read_topic(kafka, cfg.topic("perf.smoothed.byjob"), lambda rs: len(rs) >= len(want))
     assert len(got) == len(want) == 9 and {(s["node"], s["metrics"]["x"]) for s in got} == want
     # and the guard is real: the same Python cannot start the embedded broker
     r = subprocess.run([sys.executable, "-c", WITHOUT, "broker", "--port", "0"], capture_output=True, text=True,
