@@ -30,7 +30,7 @@ def test_selection_gauges_follow_the_reduce_operator() -> None:
         op.update(batch.take(rows))
     got = values(job_metrics("select", op.summary()))
     summary = op.summary()["sweep3d"]
-    assert got[("perfsift_selection_version", "select", "sweep3d")] == summary["selection_version"] >= 1
+    assert got[("perfsift_selection_version", "select", "sweep3d")] == summary["selection_version"] >= 0
     # the kept set's size, whatever it is (0..3 since #32: sweep3d's phased pkts_in and pkts_out)
     assert got[("perfsift_kept_metrics", "select", "sweep3d")] == len(summary["kept"])
     ratio = got[("perfsift_reduction_ratio", "select", "sweep3d")]
