@@ -28,7 +28,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Mapping
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, TopicPartition
@@ -37,6 +37,7 @@ from perfsift.formats.remote_write import encode_series
 from perfsift.schemas import RecordError
 from perfsift.schemas.detect import decode_any
 from perfsift.streams.clients import consumer_settings
+from perfsift.streams.http import PlainHandler
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
@@ -242,7 +243,7 @@ class ExportServer:
         registry.register(values)
         registry.register(_OwnCollector(exporter, list(writers or [])))
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(PlainHandler):
             def do_GET(self) -> None:
                 path = self.path.split("?", 1)[0]
                 if path == "/metrics":
@@ -255,16 +256,6 @@ class ExportServer:
                     self._send(200 if ready else 503, b"ready\n" if ready else b"not ready\n")
                 else:
                     self._send(404, b"try /metrics, /healthz or /readyz\n")
-
-            def _send(self, code: int, body: bytes, ctype: str = "text/plain; charset=utf-8") -> None:
-                self.send_response(code)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format: str, *args: object) -> None:
-                pass
 
         self.server = ThreadingHTTPServer((host, port), Handler)
         self.port = int(self.server.server_address[1])

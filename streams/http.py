@@ -160,6 +160,21 @@ def byte_metrics(stage: str, s: StageStats) -> Iterator[CounterMetricFamily | Ga
     yield ratio
 
 
+class PlainHandler(BaseHTTPRequestHandler):
+    """A request handler that answers with :meth:`_send` and logs nothing (the health server's and
+    ``perfsift export``'s)."""
+
+    def _send(self, code: int, body: bytes, ctype: str = "text/plain; charset=utf-8") -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
 class _RunnerCollector(Collector):
     def __init__(self, runner: StageRunner) -> None:
         self.runner = runner
@@ -229,7 +244,7 @@ class HealthServer:
         GCCollector(registry=registry)  # python_gc_*
         PlatformCollector(registry=registry)  # python_info
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(PlainHandler):
             def do_GET(self) -> None:
                 path = self.path.split("?", 1)[0]
                 if path == "/healthz":
@@ -252,16 +267,6 @@ class HealthServer:
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 code, answer = route(body, self.headers)
                 self._send(code, answer)
-
-            def _send(self, code: int, body: bytes, ctype: str = "text/plain; charset=utf-8") -> None:
-                self.send_response(code)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format: str, *args: object) -> None:
-                pass
 
         self.server = ThreadingHTTPServer((host, port), Handler)
         self.port = int(self.server.server_address[1])
