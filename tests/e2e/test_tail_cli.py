@@ -138,7 +138,8 @@ def test_schema_registry_avro_is_decoded_by_the_id_in_the_message(broker, tmp_pa
     schema = (Path(__file__).parents[2] / "schemas" / "forecast.avsc").read_text()
     ser = AvroSerializer(registry_for({"url": url}).client, schema)
     rec = {"ts": 1.0, "node": "n", "job": "j", "metric": "cpu", "forecast": 2.0, "sigma": 0.5,
-           "lower": 1.0, "upper": 3.0, "method": "holt"}  # fmt: skip
+           "lower": 1.0, "upper": 3.0, "method": "holt", "mae_forecast": 2.1, "mae": 0.4,
+           "lower_mae": 1.1, "upper_mae": 3.1}  # fmt: skip
     p = Producer(props)
     p.produce(name, ser(rec, SerializationContext(name, MessageField.VALUE)), b"n")
     p.flush(10)
@@ -146,4 +147,5 @@ def test_schema_registry_avro_is_decoded_by_the_id_in_the_message(broker, tmp_pa
                                       "-n", "1", "--idle", "10"])  # fmt: skip
     assert result.exit_code == 0, result.output
     encoding, value = result.output.strip().split(" ", 1)
-    assert encoding == "confluent-avro" and orjson.loads(value) == rec
+    assert encoding == "confluent-avro"
+    assert orjson.loads(value) == rec

@@ -64,7 +64,7 @@ stages:
     outputs: [perf.reduced, perf.selection, perf.control]
     operators:
       - type: reduce
-        pursuit: {{period: 20, window: 5, restarts: 2}}
+        pursuit: {{period: 20, window: 5, restarts: 2, slack: 8}}  # the first period closes 8 rows on
   fc:
     input: perf.raw
     outputs: [perf.forecast]
