@@ -2,7 +2,8 @@
 collectd, kcat): :func:`program` gives the path of one, installing its package with apt-get when
 it is missing and the run may install (``CI=true``, or running as root as ``tests/postgres.py``
 does for PostgreSQL; with ``sudo -n`` when not root), and otherwise skips the test with a one-line
-reason. Test workers collect at once: one installs, the others wait on a lock.
+reason (under ``CI=true`` a program that could not be installed fails the test). Test workers
+collect at once: one installs, the others wait on a lock.
 
 A package's post-install script may start its service (Debian's prometheus on :9090,
 prometheus-node-exporter on :9100); the tests start their own copies on free loopback ports.
@@ -62,8 +63,10 @@ def find(name: str) -> tuple[str | None, str]:
 
 def program(name: str) -> str:
     """The path of Debian's ``name`` (installed if it may be, see the module docstring); skips the
-    calling test with the reason when it is not there."""
+    calling test with the reason when it is not there (fails it under ``CI=true``)."""
     path, why = find(name)
     if path is None:
+        if os.environ.get("CI", "").lower() == "true":  # CI installs what its tests need: missing is a failure
+            pytest.fail(why, pytrace=False)
         pytest.skip(why)
     return path
