@@ -28,7 +28,7 @@ from collections.abc import Callable
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
-from perfsift.schemas.batches import decode_samples, warm_up_decoder
+from perfsift.schemas.batches import warm_up_decoder
 from perfsift.streams.broker import is_embedded_cluster
 from perfsift.streams.checkpoint import Cadence, Checkpoints, Partition, commit_or_abort
 from perfsift.streams.clients import (
@@ -45,7 +45,16 @@ from perfsift.streams.group import JOIN_TIMEOUT_S, assignment_strategy, is_coope
 from perfsift.streams.group import wait_assigned as wait_assigned  # re-exported: where callers found it
 from perfsift.streams.limits import Guard
 from perfsift.streams.outputs import StageOutputs
-from perfsift.streams.stage import Chain, Emitted, StageError, StageStats, merge_summaries, note_missing, step
+from perfsift.streams.stage import (
+    Chain,
+    Emitted,
+    StageError,
+    StageStats,
+    merge_summaries,
+    note_missing,
+    sample_decoder,
+    step_records,
+)
 from perfsift.streams.topics import DEADLETTER_TOPIC, STATE_TOPIC
 
 log = logging.getLogger("perfsift.runner")
@@ -99,6 +108,7 @@ class StageRunner:
         self._checkpoints = Checkpoints(kafka, self.group_id, *state)
         self._checkpoints.snapshots = pipeline.snapshots
         self._template = Chain(stage, pipeline.encoding, pipeline.framing)
+        self._decode = sample_decoder(pipeline.encoding)
         self._outputs = StageOutputs(pipeline, stage)  # registry subjects, OTLP out
         self._fingerprint = self._template.fingerprint()  # the template also serves the warm-up
         self._consumer: Consumer | None = None
@@ -305,29 +315,15 @@ class StageRunner:
             self._snapshot(tp, part, where(ms[0])[2], fresh=True)
         topic, partition = tp
         values = [m.value() for m in ms]
-        big = part.guard.oversized(values)
-        for i in big:
-            self._dead_letter(ms[i], f"{len(values[i] or b'')} bytes, more than {part.guard.limits.max_record_bytes}",
-                              "record_too_large")  # fmt: skip
-        skip = set(big)
-        pos = [i for i in range(len(ms)) if i not in skip] if big else range(len(ms))
 
         def place(i: int) -> str:
-            return f"{topic}:{partition}:{ms[pos[i]].offset()}"
+            return f"{topic}:{partition}:{ms[i].offset()}"
 
-        batch, kept, errors = decode_samples([values[i] for i in pos] if big else values, place, self.pipeline.encoding)
-        for e in errors:
-            self._dead_letter(ms[pos[e.index]], e.reason, "malformed")
-        batch, refused = part.guard.check(batch)
-        for row, reason, detail in refused:
-            self._dead_letter(ms[pos[kept[row]]], detail, reason)
-        if refused:
-            gone = {row for row, _, _ in refused}
-            kept = [k for row, k in enumerate(kept) if row not in gone]
-        if len(batch):  # an operator error parks the batch's messages (a column frame's once)
-            failed = [ms[pos[i]] for i in dict.fromkeys(kept)]
-            park = lambda why: self._dead_letters(failed, why, "operator_failed")  # noqa: E731
-            step(part.chain, batch, self._emit, park, f"stage {self.stage.name}, {topic}:{partition}")
+        def park(i: int, kind: str, detail: str) -> None:
+            self._dead_letter(ms[i], detail, kind)
+
+        at = f"stage {self.stage.name}, {topic}:{partition}"
+        if step_records(part.chain, part.guard, values, self._decode, place, self._emit, park, at):
             note_missing(part.chain, self.stats)
         part.next_offset = where(ms[-1])[2] + 1
         if self._silent:
@@ -357,10 +353,6 @@ class StageRunner:
                 except BufferError:  # local queue full: the slow path waits and retries
                     self._produce(topic, value, key)
         self.stats.count_out(emitted.topics)
-
-    def _dead_letters(self, msgs: list[Message], reason: str, kind: str) -> None:
-        for m in msgs:
-            self._dead_letter(m, reason, kind)
 
     def _dead_letter(self, msg: Message, reason: str, kind: str) -> None:
         """Park ``msg`` on the dead-letter topic with ``reason`` (the record's text) counted under
