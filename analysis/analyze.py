@@ -1,8 +1,11 @@
 """``perfsift analyze TRACE --out DIR``: the pipeline's operator chain in one process, no broker.
 
-Every stage of the pipeline file runs in topological order on chunks of the trace; between stages
-the records are encoded and decoded exactly as on Kafka (JSON or Avro, per the pipeline), so the
-outputs are the same records a streaming run writes to the topics — the test suite checks it.
+Every stage of the pipeline file runs in topological order on chunks of the trace, through the
+stage step of the Kafka runner (:func:`~perfsift.streams.stage.step_records`: decode, the
+pipeline's ``limits:``, the chain, its outputs); between stages the records are encoded and decoded
+as on Kafka, so the outputs are the same records a streaming run writes to the topics, and the
+records a run would park on perf.deadletter are parked here (counted in the summary's
+``dead_letters`` by reason) — the test suite checks both (tests/unit/test_stage_step.py).
 Writes ``DIR/selection.jsonl``, ``DIR/reduced.jsonl`` (or ``reduced.sddf`` with ``--sddf``),
 ``DIR/contract.jsonl``, ``DIR/forecast.jsonl``, ``DIR/control.jsonl``, ``DIR/prediction.jsonl``
 (those the pipeline produces), ``DIR/clean-flags.jsonl`` (the changed values) and ``DIR/summary.json``.
