@@ -29,17 +29,11 @@ from perfsift.streams.clients import dead_letter_record
 from perfsift.streams.config import PipelineConfig, StageConfig
 from perfsift.streams.limits import Guard
 from perfsift.streams.stage import Chain, Emitted, StageStats, merge_summaries, sample_decoder, step_records
+from perfsift.streams.topics import REPORT_FILES
 from perfsift.streams.volume import written_bytes
 
-#: topic -> output file name (topics not listed are not written)
-FILES = {
-    "perf.selection": "selection.jsonl",
-    "perf.reduced": "reduced.jsonl",
-    "perf.contract": "contract.jsonl",
-    "perf.forecast": "forecast.jsonl",
-    "perf.control": "control.jsonl",
-    "perf.prediction": "prediction.jsonl",
-}
+#: topic -> output file name (topics not listed are not written): the topic table's
+FILES = REPORT_FILES
 
 
 class Analysis:
