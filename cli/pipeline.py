@@ -29,10 +29,11 @@ from perfsift.cli.ui import (
 from perfsift.producers import demo_trace_path
 from perfsift.streams.broker import BrokerError, bootstrap_or_embedded
 from perfsift.streams.clients import create_pipeline_topics, kafka_properties, parse_props
-from perfsift.streams.config import ConfigError, load_pipeline, parse_settings, with_demo, with_options
+from perfsift.streams.config import ConfigError, load_pipeline, parse_settings
 from perfsift.streams.http import HealthServer
 from perfsift.streams.ingest_stage import http_routes, stage_runner
 from perfsift.streams.logs import LogFormat, current_logging
+from perfsift.streams.presets import with_demo, with_options
 from perfsift.streams.stage import StageError
 from perfsift.streams.volume import bytes_table
 from rich.live import Live

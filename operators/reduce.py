@@ -283,8 +283,19 @@ class Reduce(Router):
             "full": np.full(len(rows), full),
         }
         reduced = rows.with_values(rows.values[:, cols], [rows.metrics[j] for j in cols])
-        return [Batch(reduced.ts, reduced.node_idx, reduced.values, reduced.metrics, reduced.nodes, reduced.job_idx,
-                      reduced.jobs, reduced.seq, extra)]  # fmt: skip
+        return [
+            Batch(
+                reduced.ts,
+                reduced.node_idx,
+                reduced.values,
+                reduced.metrics,
+                reduced.nodes,
+                reduced.job_idx,
+                reduced.jobs,
+                reduced.seq,
+                extra,
+            )
+        ]
 
     # -- reporting --------------------------------------------------------------------------------
     def summary(self) -> dict[str, dict[str, Any]]:
@@ -350,6 +361,14 @@ class Reduce(Router):
             self.jobs_[job] = st
         for i, held in enumerate(meta.get("pending", [])):
             cols = {c: arrays[f"pending{i}_{c}"].copy() for c in ("ts", "node_idx", "job_idx", "seq", "values")}
-            b = Batch(cols["ts"], cols["node_idx"], cols["values"], tuple(held["metrics"]), tuple(held["nodes"]),
-                      cols["job_idx"], tuple(held["jobs"]), cols["seq"])  # fmt: skip
+            b = Batch(
+                cols["ts"],
+                cols["node_idx"],
+                cols["values"],
+                tuple(held["metrics"]),
+                tuple(held["nodes"]),
+                cols["job_idx"],
+                tuple(held["jobs"]),
+                cols["seq"],
+            )
             self.jobs_[held["job"]].pending.append(b)

@@ -287,8 +287,12 @@ class Checkpoints:
             man = manifest_of(value)
             record = join(man, chunks)
             if record is None:
-                log.warning("stage %s: the chunked snapshot %s of %s is incomplete; trying an older one",
-                            self.stage, man.get("id"), where_)  # fmt: skip
+                log.warning(
+                    "stage %s: the chunked snapshot %s of %s is incomplete; trying an older one",
+                    self.stage,
+                    man.get("id"),
+                    where_,
+                )
                 continue
             rec = parse_record(record)
             slot = int(man["slot"])

@@ -23,11 +23,29 @@ from collections.abc import Callable
 from typing import Any
 
 from confluent_kafka import KafkaError
+from perfsift.streams.clients import STATISTICS_INTERVAL_MS, consumer_settings, producer_settings
 from perfsift.streams.stage import StageError
 
 #: seconds a runner may take to be assigned partitions after its loop started before ``/readyz``
 #: says why it is not ready (before: "joining")
 JOIN_TIMEOUT_S = 30.0
+
+
+def client_settings(
+    kafka: dict[str, str], group_id: str, txn_id: str | None, embedded: Callable[[], bool]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A stage's consumer and producer configuration: perfsift's defaults < the pipeline file <
+    ``PERFSIFT_KAFKA_*`` < ``-X`` (all in ``kafka``), then what the guarantee needs (``txn_id``:
+    exactly-once, a transactional producer and read_committed); the assignment strategy follows
+    from the broker (``embedded()``, asked only when ``kafka`` names none)."""
+    isolation = "read_committed" if txn_id is not None else "read_uncommitted"
+    consumer = consumer_settings(kafka, group_id, isolation)
+    consumer.setdefault("statistics.interval.ms", STATISTICS_INTERVAL_MS)
+    if "partition.assignment.strategy" not in kafka and consumer.get("group.protocol") != "consumer":
+        consumer["partition.assignment.strategy"] = assignment_strategy(embedded())
+    producer = producer_settings(kafka, txn_id, negotiate=True)
+    producer.setdefault("statistics.interval.ms", STATISTICS_INTERVAL_MS)
+    return consumer, producer
 
 
 def assignment_strategy(embedded: bool) -> str:

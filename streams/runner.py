@@ -28,24 +28,30 @@ from collections.abc import Callable
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
-from perfsift.schemas.batches import decode_samples, warm_up_decoder
+from perfsift.schemas.batches import warm_up_decoder
 from perfsift.streams.broker import is_embedded_cluster
 from perfsift.streams.checkpoint import Cadence, Checkpoints, Partition, commit_or_abort
 from perfsift.streams.clients import (
-    STATISTICS_INTERVAL_MS,
-    consumer_settings,
     dead_letter_record,
-    producer_settings,
     redacted,
     statistics_callback,
     where,
 )
 from perfsift.streams.config import PipelineConfig, StageConfig
-from perfsift.streams.group import JOIN_TIMEOUT_S, assignment_strategy, is_cooperative, protocol_error
+from perfsift.streams.group import JOIN_TIMEOUT_S, client_settings, is_cooperative, protocol_error
 from perfsift.streams.group import wait_assigned as wait_assigned  # re-exported: where callers found it
 from perfsift.streams.limits import Guard
 from perfsift.streams.outputs import StageOutputs
-from perfsift.streams.stage import Chain, Emitted, StageError, StageStats, merge_summaries, note_missing, step
+from perfsift.streams.stage import (
+    Chain,
+    Emitted,
+    StageError,
+    StageStats,
+    merge_summaries,
+    note_missing,
+    sample_decoder,
+    step_records,
+)
 from perfsift.streams.topics import DEADLETTER_TOPIC, STATE_TOPIC
 
 log = logging.getLogger("perfsift.runner")
@@ -99,6 +105,7 @@ class StageRunner:
         self._checkpoints = Checkpoints(kafka, self.group_id, *state)
         self._checkpoints.snapshots = pipeline.snapshots
         self._template = Chain(stage, pipeline.encoding, pipeline.framing)
+        self._decode = sample_decoder(pipeline.encoding)
         self._outputs = StageOutputs(pipeline, stage)  # registry subjects, OTLP out
         self._fingerprint = self._template.fingerprint()  # the template also serves the warm-up
         self._consumer: Consumer | None = None
@@ -146,19 +153,10 @@ class StageRunner:
         return self.guarantee
 
     def client_settings(self) -> tuple[dict[str, Any], dict[str, Any]]:
-        """The consumer's and the producer's configuration: perfsift's defaults < the pipeline
-        file < ``PERFSIFT_KAFKA_*`` < ``-X`` (all in ``kafka``), then what the guarantee needs; the
-        assignment strategy follows from the broker (:mod:`~perfsift.streams.group`)."""
+        """The consumer's and the producer's configuration (:func:`~perfsift.streams.group.client_settings`)."""
         self.resolve_guarantee()
-        isolation = "read_committed" if self.exactly_once else "read_uncommitted"
-        consumer = consumer_settings(self.kafka, self.group_id, isolation)
-        consumer.setdefault("statistics.interval.ms", STATISTICS_INTERVAL_MS)
-        if "partition.assignment.strategy" not in self.kafka and consumer.get("group.protocol") != "consumer":
-            consumer["partition.assignment.strategy"] = assignment_strategy(self.is_embedded())
         txn_id = f"{self.group_id}.{self.instance}" if self.exactly_once else None
-        producer = producer_settings(self.kafka, txn_id, negotiate=True)
-        producer.setdefault("statistics.interval.ms", STATISTICS_INTERVAL_MS)
-        return consumer, producer
+        return client_settings(self.kafka, self.group_id, txn_id, self.is_embedded)
 
     def _statistics(self, client: str) -> Callable[[str], None]:
         return statistics_callback(self.stats.kafka, client, f"stage {self.stage.name}")
@@ -169,14 +167,8 @@ class StageRunner:
         # cooperative when every listed strategy is (cooperative-sticky), or under KIP-848 (none listed)
         self.strategy = str(consumer.get("partition.assignment.strategy", "cooperative-sticky"))
         self.cooperative = is_cooperative(self.strategy)
-        log.info(
-            "stage %s: kafka consumer %s; producer %s",
-            self.stage.name,
-            redacted(consumer),
-            redacted(producer),
-            extra={"stage": self.stage.name, "instance": self.instance, "consumer": redacted(consumer),
-                   "producer": redacted(producer)},
-        )  # fmt: skip
+        shown = {"consumer": redacted(consumer), "producer": redacted(producer)}
+        self._log(logging.INFO, "kafka consumer %s; producer %s", *shown.values(), **shown)
         self._consumer = Consumer(consumer | {"stats_cb": self._statistics("consumer")})
         self._producer = Producer(
             producer | {"on_delivery": self._on_delivery, "stats_cb": self._statistics("producer")}
@@ -187,11 +179,8 @@ class StageRunner:
             self._consumer.subscribe(
                 [self._in_topic], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
             )
-            log.info(
-                "stage %s: consuming %s as group %s (%s)", self.stage.name, self._in_topic, self.group_id,
-                self.guarantee, extra={"stage": self.stage.name, "topic": self._in_topic, "group": self.group_id,
-                       "instance": self.instance, "guarantee": self.guarantee},
-            )  # fmt: skip
+            group = {"topic": self._in_topic, "group": self.group_id, "guarantee": self.guarantee}
+            self._log(logging.INFO, "consuming %s as group %s (%s)", *group.values(), **group)
             self._warm_up()  # while the group join runs in librdkafka's threads
             self.loop_started = time.monotonic()
             last_msg = time.monotonic()
@@ -212,11 +201,9 @@ class StageRunner:
             self._commit()
         finally:
             self._close()
-        log.info(
-            "stage %s: stopped after %d records in, %d out, %d dead letters", self.stage.name, self.stats.records_in,
-            self.stats.records_out, self.stats.dead_letters,
-            extra={"stage": self.stage.name, "instance": self.instance, "stats": self.stats.as_dict()},
-        )  # fmt: skip
+        counts = self.stats.records_in, self.stats.records_out, self.stats.dead_letters
+        message = "stopped after %d records in, %d out, %d dead letters"
+        self._log(logging.INFO, message, *counts, stats=self.stats.as_dict())
         return self.stats
 
     def _tick(self, now: float) -> None:
@@ -305,29 +292,15 @@ class StageRunner:
             self._snapshot(tp, part, where(ms[0])[2], fresh=True)
         topic, partition = tp
         values = [m.value() for m in ms]
-        big = part.guard.oversized(values)
-        for i in big:
-            self._dead_letter(ms[i], f"{len(values[i] or b'')} bytes, more than {part.guard.limits.max_record_bytes}",
-                              "record_too_large")  # fmt: skip
-        skip = set(big)
-        pos = [i for i in range(len(ms)) if i not in skip] if big else range(len(ms))
 
         def place(i: int) -> str:
-            return f"{topic}:{partition}:{ms[pos[i]].offset()}"
+            return f"{topic}:{partition}:{ms[i].offset()}"
 
-        batch, kept, errors = decode_samples([values[i] for i in pos] if big else values, place, self.pipeline.encoding)
-        for e in errors:
-            self._dead_letter(ms[pos[e.index]], e.reason, "malformed")
-        batch, refused = part.guard.check(batch)
-        for row, reason, detail in refused:
-            self._dead_letter(ms[pos[kept[row]]], detail, reason)
-        if refused:
-            gone = {row for row, _, _ in refused}
-            kept = [k for row, k in enumerate(kept) if row not in gone]
-        if len(batch):  # an operator error parks the batch's messages (a column frame's once)
-            failed = [ms[pos[i]] for i in dict.fromkeys(kept)]
-            park = lambda why: self._dead_letters(failed, why, "operator_failed")  # noqa: E731
-            step(part.chain, batch, self._emit, park, f"stage {self.stage.name}, {topic}:{partition}")
+        def park(i: int, kind: str, detail: str) -> None:
+            self._dead_letter(ms[i], detail, kind)
+
+        at = f"stage {self.stage.name}, {topic}:{partition}"
+        if step_records(part.chain, part.guard, values, self._decode, place, self._emit, park, at):
             note_missing(part.chain, self.stats)
         part.next_offset = where(ms[-1])[2] + 1
         if self._silent:
@@ -357,10 +330,6 @@ class StageRunner:
                 except BufferError:  # local queue full: the slow path waits and retries
                     self._produce(topic, value, key)
         self.stats.count_out(emitted.topics)
-
-    def _dead_letters(self, msgs: list[Message], reason: str, kind: str) -> None:
-        for m in msgs:
-            self._dead_letter(m, reason, kind)
 
     def _dead_letter(self, msg: Message, reason: str, kind: str) -> None:
         """Park ``msg`` on the dead-letter topic with ``reason`` (the record's text) counted under
@@ -444,8 +413,13 @@ class StageRunner:
             consumer.incremental_assign(partitions)
         else:
             consumer.assign(partitions)
-        self._log_partitions("assigned", partitions, logging.INFO, restored=sorted(restored),
-                             replay={p: r for p, r in restored.items() if r[1] > r[0]})  # fmt: skip
+        self._log_partitions(
+            "assigned",
+            partitions,
+            logging.INFO,
+            restored=sorted(restored),
+            replay={p: r for p, r in restored.items() if r[1] > r[0]},
+        )
 
     def _fresh(self) -> Partition:
         return Partition(self._template.fresh(), Guard(self.pipeline.limits), Cadence(self.snapshot_share))
@@ -474,9 +448,14 @@ class StageRunner:
         numbers = sorted(tp.partition for tp in partitions)
         self.stats.rebalances[event] = self.stats.rebalances.get(event, 0) + 1
         detail = "".join(f", {k} {v}" for k, v in fields.items())
-        log.log(level, "stage %s: partitions %s of %s %s%s", self.stage.name, numbers, self._in_topic, event, detail,
-                extra={"stage": self.stage.name, "instance": self.instance, "event": event, "partitions": numbers,
-                       **fields})  # fmt: skip
+        message = "partitions %s of %s %s%s"
+        self._log(level, message, numbers, self._in_topic, event, detail, event=event, partitions=numbers, **fields)
+
+    def _log(self, level: int, message: str, *args: Any, **fields: Any) -> None:
+        """``message`` % ``args`` in the log after the stage's name, with the stage, the instance
+        and ``fields`` as structured fields."""
+        extra = {"stage": self.stage.name, "instance": self.instance, **fields}
+        log.log(level, f"stage %s: {message}", self.stage.name, *args, extra=extra)
 
 
 def run_in_thread(
