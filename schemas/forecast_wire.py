@@ -31,8 +31,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-from perfsift.operators.rounding import MAE_SIGMA, forecast_bounds
+from perfsift.operators.rounding import MAE_SIGMA, round_sig_one
 
 #: the fields a reader derives: (lower, upper) from (centre, error scale) times the scale's factor
 _BOUNDS = (("lower", "upper", "forecast", "sigma", 1.0), ("lower_mae", "upper_mae", "mae_forecast", "mae", MAE_SIGMA))
@@ -41,10 +40,21 @@ DERIVED_FIELDS = ("lower", "upper", "lower_mae", "upper_mae")
 
 
 def forecast_on_wire(record: dict[str, Any]) -> dict[str, Any]:
-    """The fields of a forecast record that go on the wire: the record without its bounds, and
-    without ``mae_forecast`` where it equals ``forecast``."""
-    same = record.get("mae_forecast") == record.get("forecast")
-    return {k: v for k, v in record.items() if k not in DERIVED_FIELDS and not (same and k == "mae_forecast")}
+    """The fields of a forecast record that go on the wire: the record without the bounds equal to
+    what a reader derives (all of them, in a record the forecast bank made), and without
+    ``mae_forecast`` where it equals ``forecast``. A record made elsewhere keeps every field a
+    reader would not get back, but for nulls a reader fills in: a null ``mae_forecast`` reads as
+    the forecast, a null bound beside a known error scale as the derived bound (the bank makes
+    neither; a record written before the MAE fields reads so)."""
+    derived = complete_forecast({k: v for k, v in record.items() if k not in DERIVED_FIELDS})
+    same_mae_forecast = record.get("mae_forecast") is not None and record["mae_forecast"] == record.get("forecast")
+    return {
+        k: v
+        for k, v in record.items()
+        if not (
+            (k in DERIVED_FIELDS and k in derived and v == derived[k]) or (k == "mae_forecast" and same_mae_forecast)
+        )
+    }
 
 
 def complete_forecast(record: dict[str, Any]) -> dict[str, Any]:
@@ -58,11 +68,15 @@ def complete_forecast(record: dict[str, Any]) -> dict[str, Any]:
         if record.get(lo) is not None and record.get(hi) is not None:
             continue
         c, e = record.get(centre), record.get(error)
-        if c is None or e is None:
-            record[lo] = record[hi] = None
-            continue
-        _, _, lower, upper = forecast_bounds(np.array([c], dtype=np.float64), np.array([e], dtype=np.float64), scale)
-        record[lo], record[hi] = float(lower[0]), float(upper[0])
+        lower = upper = None
+        if c is not None and e is not None:
+            # forecast_bounds' operations on one record (round_sig_one is round_sig's scalar twin)
+            c, half = round_sig_one(float(c)), 2 * scale * round_sig_one(float(e))
+            lower, upper = round_sig_one(c - half), round_sig_one(c + half)
+        if record.get(lo) is None:
+            record[lo] = lower
+        if record.get(hi) is None:
+            record[hi] = upper
     return record
 
 

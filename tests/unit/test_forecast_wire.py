@@ -12,6 +12,7 @@ import orjson
 import pytest
 from perfsift.operators.batch import Batch
 from perfsift.operators.forecast.forecast import PRIMARIES, ForecastBank
+from perfsift.operators.rounding import round_sig, round_sig_one
 from perfsift.schemas import codec_for
 from perfsift.schemas.detect import decode_any
 from perfsift.schemas.encode import encode_forecasts, encode_records
@@ -82,3 +83,15 @@ def test_a_record_written_with_its_bounds_keeps_them() -> None:
     got = complete_forecast(dict(old))
     assert (got["lower"], got["upper"], got["mae_forecast"], got["mae"]) == (0.9, 3.1, 2.0, None)
     assert got["lower_mae"] is None and got["upper_mae"] is None
+
+
+def test_the_scalar_rounding_readers_use_gives_the_writers_bits() -> None:
+    """round_sig_one (record by record, in readers) against round_sig (column-wise, in writers):
+    normal values over 27 decades, values one ulp around powers of ten, and the extremes."""
+    rng = np.random.default_rng(2)
+    n = 20_000
+    near_tens = 10.0 ** rng.integers(-10, 12, n) * (1 + rng.choice([-1, 1], n) * rng.integers(0, 4, n) * 2.2e-16)
+    edges = [5e-324, -1.7976931348623157e308, 0.5, 0.05, 2.5, 1e9 + 0.5, np.inf, -np.inf, np.nan, 0.0]
+    xs = np.concatenate([rng.normal(0, 1, n) * 10.0 ** rng.integers(-12, 15, n), near_tens, edges])
+    got = np.array([round_sig_one(float(x)) for x in xs])
+    np.testing.assert_array_equal(got, round_sig(xs))
