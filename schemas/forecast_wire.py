@@ -10,7 +10,8 @@ analysis of an output folder) fills them in with :func:`complete_forecast`. The 
 forecast and the error scale to :data:`~perfsift.operators.rounding.FORECAST_DIGITS` significant
 digits before it writes them, and the reader computes the bounds from those written numbers as the
 writer did (:func:`~perfsift.operators.rounding.forecast_bounds`): a decoded record equals, bit for
-bit, the record the operator made. Half of the numbers of a forecast record, and more than a third
+bit, the record the operator made. A bound that is not what a reader would derive (a record made
+elsewhere) stays on the wire (:func:`forecast_on_wire`). Half of the numbers of a forecast record, and more than a third
 of its compressed bytes, were bounds (docs/benchmarks.md).
 
 >>> rec = {"ts": 1.0, "node": "n", "job": "j", "metric": "cpu", "forecast": 10.0, "sigma": 0.5,
