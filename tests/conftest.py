@@ -23,19 +23,20 @@ from perfsift.streams.clients import consumer_settings
 
 from tests.kafka_cluster import kafka_cluster  # noqa: F401 - the session's Apache Kafka cluster, on demand
 
-#: numba's kernels in two groups of about equal compile time (measured: the pursuit's alone is about
-#: half), compiled side by side into the cache by two processes before the workers start
+#: numba's kernels in two groups, compiled side by side into the cache by two processes before the
+#: workers start: the cleaner's one large kernel (the longest compile by far: over 3 CPU-minutes in
+#: one measure on a loaded machine, against about one for the pursuit's and the forecast's
+#: together) and all the others
 WARM_GROUPS = (
-    "from perfsift.operators.pursuit.pursuit import ProjectionPursuit\nProjectionPursuit().warm_up()",
+    "from perfsift.operators.clean.clean import MODES, Clean\nfor mode in MODES:\n    Clean(mode=mode).warm_up()",
     """from perfsift.analysis.quality import dtw
 from perfsift.formats.otlp.otlp_fast import warm_up
 from perfsift.formats.settings import IngestMap, IngestSettings
-from perfsift.operators.clean.clean import MODES, Clean
 from perfsift.operators.forecast.forecast import ForecastBank
+from perfsift.operators.pursuit.pursuit import ProjectionPursuit
 from perfsift.schemas.batches import warm_up_decoder
+ProjectionPursuit().warm_up()
 ForecastBank().warm_up()
-for mode in MODES:
-    Clean(mode=mode).warm_up()
 warm_up_decoder()
 warm_up(IngestSettings("otlp_proto", IngestMap()))
 dtw([1.0, 2.0], [1.0, 3.0])""",
