@@ -18,7 +18,7 @@ app = faust.App(
     topic_partitions=1,
     web_enabled=False,
     # on the embedded broker a worker's group join took half the session timeout: 30 s a join with
-    # faust's default of 60 s, 5 s with this (tests/integration/test_adapters_faust.py: 230 s -> 47 s)
+    # faust's default of 60 s, 5 s with this (measured in tests/integration/test_adapters_faust.py)
     broker_session_timeout=10.0,
 )
 samples = app.topic(os.environ.get("PERFSIFT_FAUST_IN", "perf.raw"), value_serializer="json")
