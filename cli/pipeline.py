@@ -40,6 +40,11 @@ from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 
+#: trace seconds per wall second of the bundled demo's replay in ``perfsift run`` without --speed
+#: (its 600 s in 15 s): paced like live producers, so that the node stage keeps up with every
+#: partition and pursuit sees every node of each period
+DEMO_SPEED = 40.0
+
 
 def worker(
     stage: Annotated[str, typer.Argument(help="Name of the stage in the pipeline file.")],
@@ -168,7 +173,10 @@ def run(
     no_report: Annotated[bool, typer.Option("--no-report", help="Write no report folder.")] = False,
     speed: Annotated[
         float | None,
-        typer.Option(help="Replay at this many trace seconds per second (default: as fast as possible)."),
+        typer.Option(
+            help="Replay at this many trace seconds per second (default: as fast as possible; the bundled "
+            f"demo: {DEMO_SPEED:g}); 0: as fast as possible."
+        ),
     ] = None,
     settings: SetOpt = None,
     processes: Annotated[
@@ -254,6 +262,12 @@ def run(
     if trace is None and not follow and config is None and contract is None and not perf_metric:
         cfg = with_demo(cfg)  # the bundled demo: its contract, model and data reduction on iter_time
     trace_path = trace or (None if follow else demo_trace_path())
+    if trace is None and not follow and speed is None:
+        # The bundled demo replays paced, as live producers publish: as fast as possible, the
+        # replay outruns the node stage, which then reads one perf.raw partition's whole backlog
+        # before the next, and pursuit's periods close by `slack` with one partition's nodes
+        # (docs/pursuit.md, "In the pipeline"). --speed 0: as fast as possible.
+        speed = DEMO_SPEED
     if adaptive and trace_path is None:
         raise fail("--adaptive makes the replay follow perf.control: give --trace with --follow")
     stop = threading.Event()
@@ -400,6 +414,12 @@ def _selections(jobs: dict[str, dict[str, Any]]) -> str | None:
             parts.append(f"keeps {kept} (selection v{j['selection_version']}); {share:.0%} of the values sent")
         if j.get("nodes_apart"):  # reduce's pursuit named nodes as standing apart (#32)
             parts.append("nodes apart: " + nodes_apart(j["nodes_apart"]))
+        seen, fewest = j.get("nodes_seen"), j.get("fewest_nodes")
+        if seen is not None and fewest is not None and fewest < seen:  # the selection missed nodes
+            parts.append(
+                f"pursuit analysed only {fewest} of {seen} nodes in some periods (the others' samples came "
+                "after those periods closed: replay with --speed, or perfsift analyze)"
+            )
         if "contract_nodes" in j:
             states = j["contract_nodes"]
             bad = sorted(n for n, s in states.items() if s == "violated")
