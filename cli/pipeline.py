@@ -59,6 +59,15 @@ def worker(
     idle_exit: Annotated[
         float | None, typer.Option("--idle-exit", help="Drain and exit after this many seconds without input.")
     ] = None,
+    instance: Annotated[
+        str | None,
+        typer.Option(
+            envvar="PERFSIFT_INSTANCE",
+            help="A name of this worker that stays across its restarts and no other worker of the stage has "
+            "(a pod's name): its exactly-once transactional id, so a restart fences the killed worker's open "
+            "transaction at once instead of after transaction.timeout.ms. Default: random per start.",
+        ),
+    ] = None,
 ) -> None:
     """Run one stage of the pipeline until SIGTERM/Ctrl-C (drains, commits, exits 0)."""
     cfg = pipeline_from_flags(config, settings)
@@ -68,7 +77,7 @@ def worker(
     if not bootstrap:
         raise fail("worker needs --bootstrap (or PERFSIFT_BOOTSTRAP); `perfsift run` runs everything embedded")
     props = kafka_properties(bootstrap, parse_props(kafka_prop), file=cfg.kafka)
-    runner = stage_runner(st, cfg, props)
+    runner = stage_runner(st, cfg, props, instance=instance)
     try:  # bound before Kafka is asked anything: a local mistake fails at once
         health = HealthServer(runner, http_port, http_host, post=http_routes(runner)) if http_port else None
     except OSError as exc:

@@ -30,7 +30,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from perfsift.schemas.batches import decode_samples, warm_up_decoder
 from perfsift.streams.broker import is_embedded_cluster
-from perfsift.streams.checkpoint import Cadence, Checkpoints, Partition, commit_or_abort
+from perfsift.streams.checkpoint import Cadence, Checkpoints, Partition
 from perfsift.streams.clients import (
     STATISTICS_INTERVAL_MS,
     consumer_settings,
@@ -46,7 +46,9 @@ from perfsift.streams.group import wait_assigned as wait_assigned  # re-exported
 from perfsift.streams.limits import Guard
 from perfsift.streams.outputs import StageOutputs
 from perfsift.streams.stage import Chain, Emitted, StageError, StageStats, merge_summaries, note_missing, step
+from perfsift.streams.threads import run_in_thread as run_in_thread  # re-exported: where callers found it
 from perfsift.streams.topics import DEADLETTER_TOPIC, STATE_TOPIC
+from perfsift.streams.transactions import MAX_REPLACEMENTS, commit_or_abort, describe, new_producer, replace
 
 log = logging.getLogger("perfsift.runner")
 
@@ -103,6 +105,8 @@ class StageRunner:
         self._fingerprint = self._template.fingerprint()  # the template also serves the warm-up
         self._consumer: Consumer | None = None
         self._producer: Producer | None = None
+        self._producer_settings: dict[str, Any] = {}
+        self._replacements = 0  # producers replaced since the last commit
         self._in_txn = False
         self._silent = False  # replaying: no output, no dead letter, no count
         #: share of the input bytes state snapshots may cost (inf: a snapshot at every commit)
@@ -178,11 +182,9 @@ class StageRunner:
                    "producer": redacted(producer)},
         )  # fmt: skip
         self._consumer = Consumer(consumer | {"stats_cb": self._statistics("consumer")})
-        self._producer = Producer(
-            producer | {"on_delivery": self._on_delivery, "stats_cb": self._statistics("producer")}
-        )
-        if self.exactly_once:
-            self._producer.init_transactions(30)
+        self._producer_settings = {**producer, "on_delivery": self._on_delivery}
+        self._producer_settings["stats_cb"] = self._statistics("producer")
+        self._producer = new_producer(self._producer_settings)
         try:
             self._consumer.subscribe(
                 [self._in_topic], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
@@ -198,17 +200,20 @@ class StageRunner:
             while not self.stop_event.is_set():
                 msgs = self._consumer.consume(self.pipeline.batch_size, self.pipeline.batch_timeout_s)
                 self.last_loop = time.monotonic()
-                self._tick(self.last_loop)
-                self.ready.set()
-                if msgs:
-                    last_msg = time.monotonic()
-                    self._process(msgs)
-                elif idle_timeout_s is not None and time.monotonic() - last_msg > idle_timeout_s:
-                    break
-                else:  # idle: still serve the producer's delivery reports and statistics
-                    self._producer.poll(0)
-                if time.monotonic() - self._last_commit >= self.pipeline.commit_interval_s:
-                    self._commit()
+                try:
+                    self._tick(self.last_loop)
+                    self.ready.set()
+                    if msgs:
+                        last_msg = time.monotonic()
+                        self._process(msgs)
+                    elif idle_timeout_s is not None and time.monotonic() - last_msg > idle_timeout_s:
+                        break
+                    else:  # idle: still serve the producer's delivery reports and statistics
+                        self._producer.poll(0)
+                    if time.monotonic() - self._last_commit >= self.pipeline.commit_interval_s:
+                        self._commit()
+                except KafkaException as exc:
+                    self._recover(exc)
             self._commit()
         finally:
             self._close()
@@ -231,6 +236,21 @@ class StageRunner:
             except Exception:  # only a head start: the first batch will load what this did not
                 log.warning("stage %s: warming up %s failed", self.stage.name, warm.__qualname__, exc_info=True)
         log.debug("stage %s: operators warmed up in %.2f s", self.stage.name, time.monotonic() - t)
+
+    def _recover(self, exc: KafkaException) -> None:
+        """Under exactly-once, a Kafka error while processing or committing costs only the open
+        transaction (:mod:`~perfsift.streams.transactions`); otherwise, or after
+        :data:`MAX_REPLACEMENTS` in a row without a commit, it ends the stage."""
+        if not self.exactly_once or self._replacements >= MAX_REPLACEMENTS or self._consumer is None:
+            raise exc
+        self._replacements += 1
+        why, name = describe(exc), self.stage.name
+        log.warning("stage %s: transaction failed: %s; new producer, partitions back to their last commit", name, why)
+        self._producer = replace(self._producer, self._in_txn, self._producer_settings)
+        self._in_txn = False
+        self._delivery_errors.clear()
+        self.stats.producers_replaced += 1
+        self._checkpoints.rewind(self._consumer, self._parts, self._fresh, self._fingerprint)
 
     def _close(self) -> None:
         consumer, producer = self._consumer, self._producer
@@ -395,6 +415,7 @@ class StageRunner:
         for _, part in dirty:
             part.dirty = False
         self.stats.commits += 1
+        self._replacements = 0
         self._update_lag()
 
     def _snapshot(self, tp: tuple[str, int], part: Partition, next_offset: int, fresh: bool = False) -> None:
@@ -477,19 +498,3 @@ class StageRunner:
         log.log(level, "stage %s: partitions %s of %s %s%s", self.stage.name, numbers, self._in_topic, event, detail,
                 extra={"stage": self.stage.name, "instance": self.instance, "event": event, "partitions": numbers,
                        **fields})  # fmt: skip
-
-
-def run_in_thread(
-    runner: StageRunner, idle_timeout_s: float | None = None, on_error: Callable[[BaseException], None] | None = None
-) -> threading.Thread:
-    """Start ``runner.run`` in a daemon thread; exceptions go to ``on_error`` (default: logged)."""
-
-    def target() -> None:
-        try:
-            runner.run(idle_timeout_s)
-        except BaseException as exc:
-            (on_error or (lambda e: log.exception("stage %s failed", runner.stage.name, exc_info=e)))(exc)
-
-    t = threading.Thread(target=target, name=f"stage-{runner.stage.name}", daemon=True)
-    t.start()
-    return t

@@ -103,7 +103,9 @@ class Worker:
             "--http-port",
             "0",
         ]
-        self.log, self.env = log, {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+        # one name per worker that a restart keeps, as a pod's (a container restarted in its pod)
+        name = {"PERFSIFT_INSTANCE": f"{stage}-{uuid.uuid4().hex[:6]}", "PERFSIFT_LOG_LEVEL": "info"}
+        self.log, self.env = log, {**os.environ, "PYTHONUNBUFFERED": "1", **name, **(env or {})}
         self.proc = self._start()
 
     def _start(self) -> subprocess.Popen[bytes]:

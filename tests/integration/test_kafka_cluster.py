@@ -296,8 +296,10 @@ def test_aborted_transactions_rewind_to_the_last_commit(
 ) -> None:
     """An exactly-once commit that Kafka asks to abort (ILLEGAL_GENERATION when a cooperative
     rebalance moves the group to a new generation) is aborted and every owned partition goes back
-    to its last commit: with every other commit aborted, a read_committed reader sees each sample
-    once, exact. (On the embedded broker a read_committed reader sees the aborted records too.)"""
+    to its last commit; a producer fenced mid-stream (another one took its transactional id: a fatal
+    error, as after a transaction the coordinator timed out) is replaced and the stage goes on: with
+    every other commit aborted and one fence, a read_committed reader sees each sample once, exact.
+    (On the embedded broker a read_committed reader sees the aborted records too.)"""
     from perfsift.producers.publish import publish_samples
     from perfsift.streams import runner as runner_module
 
@@ -324,9 +326,13 @@ def test_aborted_transactions_rewind_to_the_last_commit(
     create_pipeline_topics(cfg, kafka)
     samples = make_samples(n_nodes=4, steps=200)
     runner = StageRunner(cfg.stage("smooth"), cfg, kafka)
-    thread = run_in_thread(runner)
+    failures: list[BaseException] = []
+    thread = run_in_thread(runner, on_error=failures.append)
     committed = {**kafka, "isolation.level": "read_committed"}
     for k in range(4):  # in four pieces, so that commits (and aborts) fall between them
+        if k == 2:  # a producer with the runner's transactional id fences the runner's (a fatal error)
+            zombie = Producer({**kafka, "transactional.id": f"{runner.group_id}.{runner.instance}"})
+            zombie.init_transactions(30)
         publish_samples(kafka, cfg.topic("perf.raw"), samples[k * 200 : (k + 1) * 200])
         n = (k + 1) * 200
 
@@ -337,7 +343,9 @@ def test_aborted_transactions_rewind_to_the_last_commit(
     out = read_topic(committed, cfg.topic("perf.smoothed"), lambda r: len(r) > len(samples), timeout=5)
     runner.stop()
     thread.join(30)
+    assert not failures, failures
     assert calls["aborted"] >= 1
+    assert runner.stats.producers_replaced >= 1  # the fenced producer was replaced, the stage went on
     assert Counter((r["node"], r["seq"]) for r in out) == Counter((s["node"], s["seq"]) for s in samples)
     want = expected_means(samples)
     for rec in out:
