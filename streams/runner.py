@@ -41,7 +41,7 @@ from perfsift.streams.clients import (
     where,
 )
 from perfsift.streams.config import PipelineConfig, StageConfig
-from perfsift.streams.group import JOIN_TIMEOUT_S, assignment_strategy, is_cooperative, protocol_error
+from perfsift.streams.group import JOIN_TIMEOUT_S, assignment_strategy, is_cooperative, log_partitions, protocol_error
 from perfsift.streams.group import wait_assigned as wait_assigned  # re-exported: where callers found it
 from perfsift.streams.limits import Guard
 from perfsift.streams.outputs import StageOutputs
@@ -213,7 +213,8 @@ class StageRunner:
                     if time.monotonic() - self._last_commit >= self.pipeline.commit_interval_s:
                         self._commit()
                 except KafkaException as exc:
-                    self._recover(exc)
+                    while (again := self._recover(exc)) is not None:  # the recovery failed too (cluster still down)
+                        exc = again
             self._commit()
         finally:
             self._close()
@@ -237,20 +238,25 @@ class StageRunner:
                 log.warning("stage %s: warming up %s failed", self.stage.name, warm.__qualname__, exc_info=True)
         log.debug("stage %s: operators warmed up in %.2f s", self.stage.name, time.monotonic() - t)
 
-    def _recover(self, exc: KafkaException) -> None:
+    def _recover(self, exc: KafkaException) -> KafkaException | None:
         """Under exactly-once, a Kafka error while processing or committing costs only the open
         transaction (:mod:`~perfsift.streams.transactions`); otherwise, or after
-        :data:`MAX_REPLACEMENTS` in a row without a commit, it ends the stage."""
+        :data:`MAX_REPLACEMENTS` in a row without a commit, it ends the stage. Returns the error
+        the recovery itself met (to be recovered from in turn), or None."""
         if not self.exactly_once or self._replacements >= MAX_REPLACEMENTS or self._consumer is None:
             raise exc
         self._replacements += 1
         why, name = describe(exc), self.stage.name
         log.warning("stage %s: transaction failed: %s; new producer, partitions back to their last commit", name, why)
-        self._producer = replace(self._producer, self._in_txn, self._producer_settings)
-        self._in_txn = False
-        self._delivery_errors.clear()
-        self.stats.producers_replaced += 1
-        self._checkpoints.rewind(self._consumer, self._parts, self._fresh, self._fingerprint)
+        try:
+            self._producer = replace(self._producer, self._in_txn, self._producer_settings)
+            self._in_txn = False
+            self._delivery_errors.clear()
+            self.stats.producers_replaced += 1
+            self._checkpoints.rewind(self._consumer, self._parts, self._fresh, self._fingerprint)
+        except KafkaException as again:
+            return again
+        return None
 
     def _close(self) -> None:
         consumer, producer = self._consumer, self._producer
@@ -465,7 +471,7 @@ class StageRunner:
             consumer.incremental_assign(partitions)
         else:
             consumer.assign(partitions)
-        self._log_partitions("assigned", partitions, logging.INFO, restored=sorted(restored),
+        log_partitions(self, "assigned", partitions, logging.INFO, restored=sorted(restored),
                              replay={p: r for p, r in restored.items() if r[1] > r[0]})  # fmt: skip
 
     def _fresh(self) -> Partition:
@@ -480,21 +486,11 @@ class StageRunner:
         self.stats.revoked_partitions += len(partitions)
         if self.cooperative and partitions:
             consumer.incremental_unassign(partitions)
-        self._log_partitions("revoked", partitions, logging.INFO)
+        log_partitions(self, "revoked", partitions, logging.INFO)
 
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         for tp in partitions:  # lost: another member may own them already; do not commit
             self._parts.pop((tp.topic, tp.partition), None)
         if self.cooperative and partitions:
             consumer.incremental_unassign(partitions)
-        self._log_partitions("lost", partitions, logging.WARNING)
-
-    def _log_partitions(self, event: str, partitions: list[TopicPartition], level: int, **fields: Any) -> None:
-        """One log record per rebalance event (assigned, revoked, lost), with the partition numbers
-        and ``fields`` as structured fields (``restored``: those resumed from a snapshot)."""
-        numbers = sorted(tp.partition for tp in partitions)
-        self.stats.rebalances[event] = self.stats.rebalances.get(event, 0) + 1
-        detail = "".join(f", {k} {v}" for k, v in fields.items())
-        log.log(level, "stage %s: partitions %s of %s %s%s", self.stage.name, numbers, self._in_topic, event, detail,
-                extra={"stage": self.stage.name, "instance": self.instance, "event": event, "partitions": numbers,
-                       **fields})  # fmt: skip
+        log_partitions(self, "lost", partitions, logging.WARNING)

@@ -244,16 +244,19 @@ def prefix_of(w: Worker) -> str:
 
 def wait_growth(probe: Callable[[], int | None], timeout: float) -> None:
     """Until the probed offsets grow (the stage wrote and committed something)."""
-    first = probe()
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    start = time.monotonic()
+    first = now = probe()
+    while time.monotonic() - start < timeout:
         now = probe()
         if first is None:
             first = now
         elif now is not None and now > first:
             return
         time.sleep(0.2)
-    raise AssertionError("the stage wrote nothing")
+    raise AssertionError(
+        f"the stage wrote nothing from {time.strftime('%H:%M:%S')} - {timeout:.0f} s on "
+        f"(its output's offsets: {first} then {now})"
+    )
 
 
 def output_offsets(bootstrap: str, topic: str) -> Callable[[], int | None]:
@@ -264,6 +267,28 @@ def output_offsets(bootstrap: str, topic: str) -> Callable[[], int | None]:
     def probe() -> int | None:
         try:
             return sum(c.get_watermark_offsets(TopicPartition(topic, p), timeout=1)[1] for p in parts)
+        except KafkaException:
+            return None
+
+    return probe
+
+
+def committed_offsets(bootstrap: str, worker: Worker) -> Callable[[], int | None]:
+    """A probe of the sum of the offsets ``worker``'s stage group committed on its input (None
+    while they cannot be asked): a stage's progress. Its outputs are no measure of it: the select
+    stage writes perf.reduced in bursts, at the start of a job (its first full periods)."""
+    prefix, args = prefix_of(worker), worker.args
+    stage = args[args.index("worker") + 1]
+    topic = prefix + {"node": "perf.raw", "select": "perf.smoothed.byjob"}[stage]
+    group = f"{prefix}perfsift.{stage}"
+    c = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": group, "isolation.level": "read_uncommitted", "log_level": 0}
+    )
+    parts = [TopicPartition(topic, p) for p in range(6)]
+
+    def probe() -> int | None:
+        try:
+            return sum(max(tp.offset, 0) for tp in c.committed(parts, timeout=5))
         except KafkaException:
             return None
 

@@ -33,6 +33,7 @@ from tests.kafka_cluster_io import (
     DURATION,
     JOBS,
     Worker,
+    committed_offsets,
     diff,
     output_offsets,
     prefix_of,
@@ -51,21 +52,21 @@ def test_exactly_once_by_default_through_two_kill9s(kafka_cluster: KafkaCluster,
     total = len(JOBS) * 6 * DURATION
 
     kills: list[bool] = []
+    waits: list[float] = []  # s until the worker about to be killed (restarted, but for the first) committed
 
     def disturb(workers: list[Worker], progress: list[int]) -> None:
         node, select = workers
-        prefix = prefix_of(node)
-        probes = {
-            node: output_offsets(kafka_cluster.bootstrap, f"{prefix}perf.forecast"),
-            select: output_offsets(kafka_cluster.bootstrap, f"{prefix}perf.reduced"),
-        }
+        probes = {w: committed_offsets(kafka_cluster.bootstrap, w) for w in workers}
         for share, w in ((0.15, node), (0.35, select), (0.55, node)):
             wait_progress(progress, int(share * total))
-            wait_growth(probes[w], 60)  # the (restarted) worker writes before it is killed
+            t = time.monotonic()
+            wait_growth(probes[w], 60)  # the (restarted) worker commits before it is killed
+            waits.append(round(time.monotonic() - t, 1))
             kills.append(progress[0] < total)
             w.kill9_and_restart()
 
     got, logs = run_pair(kafka_cluster, tmp_path, disturb)
+    print(f"kill -9: s until the next worker to kill committed {waits}")
     assert "(exactly_once, group" in logs, logs
     for topic, (want, seen) in got.items():
         assert sum(want.values()) > 0, topic
@@ -350,3 +351,92 @@ def test_aborted_transactions_rewind_to_the_last_commit(
     want = expected_means(samples)
     for rec in out:
         assert_close(rec["metrics"], want[(rec["node"], rec["seq"])])
+
+
+def test_lag_and_metrics_read_true_values_on_the_cluster(kafka_cluster: KafkaCluster, tmp_path: Path) -> None:
+    """A stage's /metrics, scraped after it was stopped mid-stream, against the broker's own
+    offsets: ``perfsift_consumer_lag`` per partition is the high watermark minus the group's
+    committed offset, ``perfsift_records_in_total`` the committed offsets' sum (a fresh group),
+    ``perfsift_topic_bytes_read_total`` the bytes of the input records below them and
+    ``perfsift_topic_bytes_written_total`` of the output the bytes a read_committed reader gets."""
+    import urllib.request
+
+    from confluent_kafka import Consumer, TopicPartition
+    from perfsift.producers.publish import publish_samples
+    from perfsift.streams.clients import where
+    from perfsift.streams.http import HealthServer
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from tests.integration.test_stage import make_samples, write_pipeline
+
+    kafka = {"bootstrap.servers": kafka_cluster.bootstrap}
+    cfg = load_pipeline(
+        write_pipeline(tmp_path, f"m{uuid.uuid4().hex[:6]}.", commit_interval_s=0.2, batch_size=100, replication=3)
+    )
+    create_pipeline_topics(cfg, kafka)
+    raw, smoothed = cfg.topic("perf.raw"), cfg.topic("perf.smoothed")
+    publish_samples(kafka, raw, make_samples(n_nodes=12, steps=1000))
+    runner = StageRunner(cfg.stage("smooth"), cfg, kafka)
+    health = HealthServer(runner, 0, "127.0.0.1")
+    health.start()
+    failures: list[BaseException] = []
+    thread = run_in_thread(runner, on_error=failures.append)
+    try:
+        assert wait_until(lambda: runner.stats.records_in >= 1500 or bool(failures), 120)
+        runner.stop()
+        thread.join(60)
+        assert not failures, failures
+        with urllib.request.urlopen(f"http://127.0.0.1:{health.port}/metrics", timeout=10) as r:
+            text = r.read().decode()
+    finally:
+        runner.stop()
+        health.stop()
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+    }
+
+    def metric(name: str, **labels: str) -> float:
+        return samples[(name, tuple(sorted({"stage": "smooth", **labels}.items())))]
+
+    probe = Consumer({**kafka, "group.id": runner.group_id, "enable.auto.commit": False})
+    committed = {c.partition: c.offset for c in probe.committed([TopicPartition(raw, p) for p in range(3)], 30)}
+    high = {p: probe.get_watermark_offsets(TopicPartition(raw, p), timeout=10)[1] for p in range(3)}
+    probe.close()
+    lag = {p: metric("perfsift_consumer_lag", partition=str(p)) for p in range(3)}
+    assert lag == {p: high[p] - committed[p] for p in range(3)}, (lag, high, committed)
+    assert sum(lag.values()) > 0, "the stage was stopped after it had read everything: no lag to check"
+    assert metric("perfsift_records_in_total") == sum(committed.values())
+
+    def payload_bytes(topic: str, until: dict[int, int] | None, isolation: str) -> int:
+        """Bytes of the values of ``topic`` below ``until`` per partition (None: up to the end)."""
+        c = Consumer(
+            {
+                **kafka,
+                "group.id": f"check-{uuid.uuid4().hex[:6]}",
+                "isolation.level": isolation,
+                "enable.partition.eof": True,
+                "auto.offset.reset": "earliest",
+            }
+        )
+        c.assign([TopicPartition(topic, p, 0) for p in range(3)])
+        total, done, deadline = 0, set[int](), time.monotonic() + 60
+        while len(done) < 3 and time.monotonic() < deadline:
+            for m in c.consume(1000, 0.5):
+                if m.error() is not None:
+                    done.add(m.partition() or 0)  # the end of a partition (EOF)
+                    continue
+                _, p, offset = where(m)
+                if until is None or offset < until[p]:
+                    total += len(m.value() or b"")
+                if until is not None and offset >= until[p] - 1:
+                    done.add(p)
+        c.close()
+        assert len(done) == 3, f"{topic}: not read to the end in 60 s"
+        return total
+
+    read = metric("perfsift_topic_bytes_read_total", topic="perf.raw", kind="payload")
+    assert read == payload_bytes(raw, committed, "read_uncommitted")
+    written = metric("perfsift_topic_bytes_written_total", topic="perf.smoothed", kind="payload")
+    assert written == payload_bytes(smoothed, None, "read_committed") > 0
