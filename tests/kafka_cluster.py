@@ -89,7 +89,9 @@ class KafkaCluster:
         self.ports = {i: free_port() for i in self.ids}
         self.controller_ports = {i: free_port() for i in self.ids}
         self.extra = extra or {}
-        self.cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        self.cluster_id = "-"
+        while self.cluster_id.startswith("-"):  # StorageTool would read "-t -abc" as an option
+            self.cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
         self.bootstrap = ",".join(f"{HOST}:{self.ports[i]}" for i in self.ids)
 
