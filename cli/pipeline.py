@@ -12,6 +12,7 @@ from typing import Annotated, Any
 
 import orjson
 import typer
+from confluent_kafka import KafkaException
 from perfsift.cli.live import LiveReport
 from perfsift.cli.local import DEFAULT_REPORT, LocalRun
 from perfsift.cli.ui import (
@@ -27,6 +28,7 @@ from perfsift.cli.ui import (
     stop_on_signals,
 )
 from perfsift.producers import demo_trace_path
+from perfsift.streams.access import AccessError, check_access, refused
 from perfsift.streams.broker import BrokerError, bootstrap_or_embedded
 from perfsift.streams.clients import create_pipeline_topics, kafka_properties, parse_props
 from perfsift.streams.config import ConfigError, load_pipeline, parse_settings, with_demo, with_options
@@ -85,8 +87,16 @@ def worker(
             f"cannot serve /healthz and /metrics on {http_host}:{http_port}: {exc.strerror or exc}; "
             "choose another --http-port (0 turns the endpoints off)"
         ) from None
-    if create_topics:
-        create_pipeline_topics(cfg, props)
+    try:  # refused credentials, a wrong protocol, missing ACLs: one line, nothing written
+        check_access(props)
+        if create_topics:
+            create_pipeline_topics(cfg, props)
+    except AccessError as exc:
+        raise fail(str(exc), 1) from None
+    except KafkaException as exc:
+        if (line := refused(exc, props, "creating the pipeline's topics")) is None:
+            raise
+        raise fail(line, 1) from None
     runner.resolve_guarantee()
     if health is not None:
         health.start()

@@ -29,6 +29,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from perfsift.schemas.batches import decode_samples, warm_up_decoder
+from perfsift.streams.access import AccessError, refused
 from perfsift.streams.broker import is_embedded_cluster
 from perfsift.streams.checkpoint import Cadence, Checkpoints, Partition
 from perfsift.streams.clients import (
@@ -243,6 +244,8 @@ class StageRunner:
         transaction (:mod:`~perfsift.streams.transactions`); otherwise, or after
         :data:`MAX_REPLACEMENTS` in a row without a commit, it ends the stage. Returns the error
         the recovery itself met (to be recovered from in turn), or None."""
+        if (line := refused(exc, self.kafka, "running")) is not None:  # ACLs, credentials: no use trying again
+            raise AccessError(line) from None
         if not self.exactly_once or self._replacements >= MAX_REPLACEMENTS or self._consumer is None:
             raise exc
         self._replacements += 1

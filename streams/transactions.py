@@ -18,6 +18,7 @@ import logging
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from perfsift.streams.access import AUTHORIZATION
 
 log = logging.getLogger("perfsift.runner")
 
@@ -76,8 +77,8 @@ def commit_or_abort(producer: Producer, consumer: Consumer, offsets: list[TopicP
         producer.commit_transaction(30)
     except KafkaException as exc:
         err = exc.args[0]
-        if not (isinstance(err, KafkaError) and err.txn_requires_abort()):
-            raise
+        if not (isinstance(err, KafkaError) and err.txn_requires_abort()) or err.code() in AUTHORIZATION:
+            raise  # ACLs: aborting and trying again would not help
         log.warning("transaction aborted (%s); the owned partitions go back to their last commit", err.str())
         producer.abort_transaction(30)
         return False

@@ -67,7 +67,7 @@ def test_exactly_once_by_default_through_two_kill9s(kafka_cluster: KafkaCluster,
 
     got, logs = run_pair(kafka_cluster, tmp_path, disturb)
     print(f"kill -9: s until the next worker to kill committed {waits}")
-    assert "(exactly_once, group" in logs, logs
+    assert all("(exactly_once, group" in f.read_text() for f in tmp_path.glob("*.log")), logs
     for topic, (want, seen) in got.items():
         assert sum(want.values()) > 0, topic
         assert max(want.values()) == 1, f"{topic}: the uninterrupted run has duplicates"
@@ -398,7 +398,9 @@ def test_lag_and_metrics_read_true_values_on_the_cluster(kafka_cluster: KafkaClu
     }
 
     def metric(name: str, **labels: str) -> float:
-        return samples[(name, tuple(sorted({"stage": "smooth", **labels}.items())))]
+        key = (name, tuple(sorted({"stage": "smooth", **labels}.items())))
+        assert key in samples, (key, [k for k in samples if k[0] == name], runner.stats.lag, runner.stats.commits)
+        return samples[key]
 
     probe = Consumer({**kafka, "group.id": runner.group_id, "enable.auto.commit": False})
     committed = {c.partition: c.offset for c in probe.committed([TopicPartition(raw, p) for p in range(3)], 30)}
@@ -440,3 +442,63 @@ def test_lag_and_metrics_read_true_values_on_the_cluster(kafka_cluster: KafkaClu
     assert read == payload_bytes(raw, committed, "read_uncommitted")
     written = metric("perfsift_topic_bytes_written_total", topic="perf.smoothed", kind="payload")
     assert written == payload_bytes(smoothed, None, "read_committed") > 0
+
+
+def test_sasl_ssl_listener_with_the_prod_overlays_acls(kafka_cluster: KafkaCluster, tmp_path: Path) -> None:
+    """The cluster's SASL_SSL listener (SCRAM-SHA-512, the fixture's CA, StandardAuthorizer) with the
+    prod overlay's KafkaUser ACLs (tests/kafka_cluster_security.py): ``perfsift worker`` configured
+    by PERFSIFT_KAFKA_* runs the stage exactly once; without credentials, with a wrong password, or
+    as a user whose ACLs lack the output topics it stops with one line (exit 1) and writes nothing."""
+    import os
+    import subprocess
+    import sys
+
+    from confluent_kafka.admin import AdminClient
+    from perfsift.producers.publish import publish_samples
+
+    from tests.integration.test_stage import make_samples, write_pipeline
+    from tests.kafka_cluster_security import add_user, client_properties, grant_overlay_acls
+
+    prefix = f"s{uuid.uuid4().hex[:6]}."
+    path = write_pipeline(tmp_path, prefix, commit_interval_s=0.2, replication=3)
+    cfg = load_pipeline(path)
+    plain = {"bootstrap.servers": kafka_cluster.bootstrap}
+    create_pipeline_topics(cfg, plain)
+    admin = AdminClient({**plain})
+    for user in ("perfsift", "narrow"):
+        add_user(admin, user, "s3cret")
+    grant_overlay_acls(admin, "perfsift", prefix)
+    grant_overlay_acls(admin, "narrow", prefix, topic_prefix="perf.raw")  # reads its input, writes nothing
+    samples = make_samples(n_nodes=4, steps=50)
+    publish_samples(plain, cfg.topic("perf.raw"), samples)
+
+    def worker(user: str | None, password: str | None) -> tuple[int, list[str]]:
+        props = client_properties(kafka_cluster.secure_bootstrap, kafka_cluster.ca, user, password)
+        env = {f"PERFSIFT_KAFKA_{k.upper().replace('.', '_')}": v for k, v in props.items() if k != "bootstrap.servers"}
+        args = ["worker", "smooth", "--config", str(path), "--http-port", "0", "--idle-exit", "4"]
+        r = subprocess.run(
+            [sys.executable, "-m", "perfsift", *args, "--bootstrap", kafka_cluster.secure_bootstrap],
+            env={**os.environ, **env},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        return r.returncode, [line for line in (r.stdout + r.stderr).splitlines() if line.strip()]
+
+    refused: dict[tuple[str | None, str | None], str] = {
+        (None, None): "cannot talk to Kafka",
+        ("perfsift", "wrong"): "Kafka refused the credentials (user 'perfsift' over SASL_SSL)",
+        ("narrow", "s3cret"): "Kafka's ACLs refuse user 'narrow' over SASL_SSL a topic",
+    }
+    for (name, password), want in refused.items():
+        code, lines = worker(name, password)
+        assert code == 1 and len(lines) == 1 and lines[0].startswith(f"error: {want}"), (name, password, lines)
+    outputs = [cfg.topic(t) for t in ("perf.smoothed", "perf.state", "perf.deadletter")]
+    probe = admin.list_topics(timeout=10)
+    assert all(t in probe.topics for t in outputs)
+    assert [output_offsets(kafka_cluster.bootstrap, t)() for t in outputs] == [0, 0, 0], "a refused worker wrote"
+    code, lines = worker("perfsift", "s3cret")
+    assert code == 0, lines
+    assert any("(exactly_once, group" in line for line in lines), lines
+    out = read_committed(kafka_cluster.bootstrap, cfg.topic("perf.smoothed"))
+    assert Counter((r["node"], r["seq"]) for r in out) == Counter((s["node"], s["seq"]) for s in samples)
