@@ -42,10 +42,12 @@ OUTPUTS: dict[str, tuple[str, ...] | None] = {
 
 
 def write_pipeline(tmp_path: Path, prefix: str, extra: str = "") -> PipelineConfig:
-    """node (sliding mean, forecast) -> select (reduce). A period of the select stage closes only once
-    every node has passed its end (slack 1000 rows is never reached): after a kill -9 the restarted
-    node stage catches up partition by partition, so some nodes run ahead of others, and a period
-    closed early by slack would hold other rows than in the uninterrupted run."""
+    """node (sliding mean, forecast) -> select (reduce). A period of the select stage closes once
+    every node has passed its end, except a job's first, which closes only when a node is ``slack``
+    rows past its end (pursuit). Each node sends the select stage 24 rows (one per 5 s of trace), 4
+    a period: slack 12 closes the first period at 80 s of trace, and is more than the lead one node
+    can take over another while a restarted node stage catches up partition by partition (a
+    period closed by slack would then hold other rows than in the uninterrupted run)."""
     text = f"""
 topic_prefix: "{prefix}"
 partitions: 6
@@ -69,9 +71,7 @@ stages:
     outputs: [perf.reduced, perf.selection, perf.control]
     operators:
       - type: reduce
-        # alpha 1: the evidence test off (sweep3d's nodes differ little; without it, a period of this
-        # short trace selects nothing and perf.selection stays empty: nothing to compare)
-        pursuit: {{period: 20, window: 1, restarts: 3, slack: 1000, alpha: 1}}
+        pursuit: {{period: 20, window: 1, restarts: 3, slack: 12}}
         full_every: 4
 {extra}"""
     path = tmp_path / f"{prefix.strip('.')}.yaml"
