@@ -208,7 +208,11 @@ def diff(a: Counter[bytes], b: Counter[bytes]) -> str:
 
 
 def run_pair(
-    cluster: KafkaCluster, tmp_path: Path, disturb: Callable[[list[Worker], list[int]], None], duration: int = DURATION
+    cluster: KafkaCluster,
+    tmp_path: Path,
+    disturb: Callable[[list[Worker], list[int]], None],
+    duration: int = DURATION,
+    rate: float = RATE,
 ) -> tuple[dict[str, list[Counter[bytes]]], str]:
     """The uninterrupted run (prefix ``u.``) and the disturbed one side by side; ``disturb`` gets
     the disturbed run's workers (node, select) and the publisher's progress."""
@@ -223,7 +227,7 @@ def run_pair(
     try:
         time.sleep(8)  # the groups join before data flows
         samples = trace(duration)
-        thread, progress = publisher(cluster.bootstrap, [c.topic("perf.raw") for c in cfgs], samples, rate=RATE)
+        thread, progress = publisher(cluster.bootstrap, [c.topic("perf.raw") for c in cfgs], samples, rate=rate)
         disturb(workers[1], progress)
         thread.join(300)
         got = settle(cluster.bootstrap, cfgs)
