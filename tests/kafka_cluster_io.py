@@ -21,7 +21,7 @@ import orjson
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from perfsift.producers.synth import spmd
 from perfsift.schemas.detect import decode_any
-from perfsift.streams.clients import assign_from_start, consumer_settings, create_pipeline_topics
+from perfsift.streams.clients import assign_from_start, consumer_settings, create_pipeline_topics, where
 from perfsift.streams.config import PipelineConfig, load_pipeline
 
 from tests.kafka_cluster import KafkaCluster
@@ -299,3 +299,31 @@ def committed_offsets(bootstrap: str, worker: Worker) -> Callable[[], int | None
             return None
 
     return probe
+
+
+def payload_bytes(bootstrap: str, topic: str, until: dict[int, int] | None, isolation: str, parts: int = 3) -> int:
+    """Bytes of the values of ``topic`` (``parts`` partitions) below ``until`` per partition (None: up to the end)."""
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"check-{uuid.uuid4().hex[:6]}",
+            "isolation.level": isolation,
+            "enable.partition.eof": True,
+            "auto.offset.reset": "earliest",
+        }
+    )
+    c.assign([TopicPartition(topic, p, 0) for p in range(parts)])
+    total, done, deadline = 0, set[int](), time.monotonic() + 60
+    while len(done) < parts and time.monotonic() < deadline:
+        for m in c.consume(1000, 0.5):
+            if m.error() is not None:
+                done.add(m.partition() or 0)  # the end of a partition (EOF)
+                continue
+            _, p, offset = where(m)
+            if until is None or offset < until[p]:
+                total += len(m.value() or b"")
+            if until is not None and offset >= until[p] - 1:
+                done.add(p)
+    c.close()
+    assert len(done) == parts, f"{topic}: not read to the end in 60 s"
+    return total

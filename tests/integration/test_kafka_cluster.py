@@ -36,6 +36,7 @@ from tests.kafka_cluster_io import (
     committed_offsets,
     diff,
     output_offsets,
+    payload_bytes,
     prefix_of,
     read_committed,
     run_pair,
@@ -365,7 +366,6 @@ def test_lag_and_metrics_read_true_values_on_the_cluster(kafka_cluster: KafkaClu
 
     from confluent_kafka import Consumer, TopicPartition
     from perfsift.producers.publish import publish_samples
-    from perfsift.streams.clients import where
     from perfsift.streams.http import HealthServer
     from prometheus_client.parser import text_string_to_metric_families
 
@@ -415,37 +415,10 @@ def test_lag_and_metrics_read_true_values_on_the_cluster(kafka_cluster: KafkaClu
     assert sum(lag.values()) > 0, "the stage was stopped after it had read everything: no lag to check"
     assert metric("perfsift_records_in_total") == sum(committed.values())
 
-    def payload_bytes(topic: str, until: dict[int, int] | None, isolation: str) -> int:
-        """Bytes of the values of ``topic`` below ``until`` per partition (None: up to the end)."""
-        c = Consumer(
-            {
-                **kafka,
-                "group.id": f"check-{uuid.uuid4().hex[:6]}",
-                "isolation.level": isolation,
-                "enable.partition.eof": True,
-                "auto.offset.reset": "earliest",
-            }
-        )
-        c.assign([TopicPartition(topic, p, 0) for p in range(3)])
-        total, done, deadline = 0, set[int](), time.monotonic() + 60
-        while len(done) < 3 and time.monotonic() < deadline:
-            for m in c.consume(1000, 0.5):
-                if m.error() is not None:
-                    done.add(m.partition() or 0)  # the end of a partition (EOF)
-                    continue
-                _, p, offset = where(m)
-                if until is None or offset < until[p]:
-                    total += len(m.value() or b"")
-                if until is not None and offset >= until[p] - 1:
-                    done.add(p)
-        c.close()
-        assert len(done) == 3, f"{topic}: not read to the end in 60 s"
-        return total
-
     read = metric("perfsift_topic_bytes_read_total", topic="perf.raw", kind="payload")
-    assert read == payload_bytes(raw, committed, "read_uncommitted")
+    assert read == payload_bytes(kafka_cluster.bootstrap, raw, committed, "read_uncommitted")
     written = metric("perfsift_topic_bytes_written_total", topic="perf.smoothed", kind="payload")
-    assert written == payload_bytes(smoothed, None, "read_committed") > 0
+    assert written == payload_bytes(kafka_cluster.bootstrap, smoothed, None, "read_committed") > 0
 
 
 def test_sasl_ssl_listener_with_the_prod_overlays_acls(kafka_cluster: KafkaCluster, tmp_path: Path) -> None:
