@@ -12,6 +12,7 @@ from typing import Annotated, Any
 
 import orjson
 import typer
+from confluent_kafka import KafkaException
 from perfsift.cli.live import LiveReport
 from perfsift.cli.local import DEFAULT_REPORT, LocalRun
 from perfsift.cli.ui import (
@@ -27,6 +28,7 @@ from perfsift.cli.ui import (
     stop_on_signals,
 )
 from perfsift.producers import demo_trace_path
+from perfsift.streams.access import AccessError, check_access, refused
 from perfsift.streams.broker import BrokerError, bootstrap_or_embedded
 from perfsift.streams.clients import create_pipeline_topics, kafka_properties, parse_props
 from perfsift.streams.config import ConfigError, load_pipeline, parse_settings
@@ -65,6 +67,15 @@ def worker(
     idle_exit: Annotated[
         float | None, typer.Option("--idle-exit", help="Drain and exit after this many seconds without input.")
     ] = None,
+    instance: Annotated[
+        str | None,
+        typer.Option(
+            envvar="PERFSIFT_INSTANCE",
+            help="A name of this worker that stays across its restarts and no other worker of the stage has "
+            "(a pod's name): its exactly-once transactional id, so a restart fences the killed worker's open "
+            "transaction at once instead of after transaction.timeout.ms. Default: random per start.",
+        ),
+    ] = None,
 ) -> None:
     """Run one stage of the pipeline until SIGTERM/Ctrl-C (drains, commits, exits 0)."""
     cfg = pipeline_from_flags(config, settings)
@@ -74,7 +85,7 @@ def worker(
     if not bootstrap:
         raise fail("worker needs --bootstrap (or PERFSIFT_BOOTSTRAP); `perfsift run` runs everything embedded")
     props = kafka_properties(bootstrap, parse_props(kafka_prop), file=cfg.kafka)
-    runner = stage_runner(st, cfg, props)
+    runner = stage_runner(st, cfg, props, instance=instance)
     try:  # bound before Kafka is asked anything: a local mistake fails at once
         health = HealthServer(runner, http_port, http_host, post=http_routes(runner)) if http_port else None
     except OSError as exc:
@@ -82,8 +93,16 @@ def worker(
             f"cannot serve /healthz and /metrics on {http_host}:{http_port}: {exc.strerror or exc}; "
             "choose another --http-port (0 turns the endpoints off)"
         ) from None
-    if create_topics:
-        create_pipeline_topics(cfg, props)
+    try:  # refused credentials, a wrong protocol, missing ACLs: one line, nothing written
+        check_access(props)
+        if create_topics:
+            create_pipeline_topics(cfg, props)
+    except AccessError as exc:
+        raise fail(str(exc), 1) from None
+    except KafkaException as exc:
+        if (line := refused(exc, props, "creating the pipeline's topics")) is None:
+            raise
+        raise fail(line, 1) from None
     runner.resolve_guarantee()
     if health is not None:
         health.start()

@@ -18,11 +18,12 @@ wins, and must then be the same on every process of the stage.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from typing import Any
 
-from confluent_kafka import KafkaError
+from confluent_kafka import KafkaError, TopicPartition
 from perfsift.streams.clients import STATISTICS_INTERVAL_MS, consumer_settings, producer_settings
 from perfsift.streams.stage import StageError
 
@@ -101,3 +102,17 @@ def wait_assigned(runners: list[Any], timeout: float = 60.0, abort: Callable[[],
             return False
         time.sleep(0.1)
     return True
+
+
+def log_partitions(runner: Any, event: str, partitions: list[TopicPartition], level: int, **fields: Any) -> None:
+    """One log record per rebalance event of ``runner`` (a StageRunner: assigned, revoked, lost),
+    with the partition numbers and ``fields`` as structured fields (``restored``: those resumed from
+    a snapshot), counted in its stats."""
+    numbers = sorted(tp.partition for tp in partitions)
+    stage = runner.stage.name
+    runner.stats.rebalances[event] = runner.stats.rebalances.get(event, 0) + 1
+    detail = "".join(f", {k} {v}" for k, v in fields.items())
+    extra = {"stage": stage, "instance": runner.instance, "event": event, "partitions": numbers, **fields}
+    logging.getLogger("perfsift.runner").log(
+        level, "stage %s: partitions %s of %s %s%s", stage, numbers, runner._in_topic, event, detail, extra=extra
+    )

@@ -122,6 +122,13 @@ def runner_metrics(
     )
     replayed.add_metric([stage], s.replayed)
     yield replayed
+    replaced = CounterMetricFamily(
+        "perfsift_producers_replaced",
+        "exactly-once producers replaced after a failed transaction (fenced, aborted by the coordinator)",
+        labels=["stage"],
+    )
+    replaced.add_metric([stage], s.producers_replaced)
+    yield replaced
     kafka = GaugeMetricFamily(
         "perfsift_kafka",
         "librdkafka statistics of the stage's clients (statistics.interval.ms): queue_messages, queue_bytes, "

@@ -29,8 +29,9 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from perfsift.schemas.batches import warm_up_decoder
+from perfsift.streams.access import AccessError, refused
 from perfsift.streams.broker import is_embedded_cluster
-from perfsift.streams.checkpoint import Cadence, Checkpoints, Partition, commit_or_abort
+from perfsift.streams.checkpoint import Cadence, Checkpoints, Partition
 from perfsift.streams.clients import (
     dead_letter_record,
     redacted,
@@ -38,7 +39,7 @@ from perfsift.streams.clients import (
     where,
 )
 from perfsift.streams.config import PipelineConfig, StageConfig
-from perfsift.streams.group import JOIN_TIMEOUT_S, client_settings, is_cooperative, protocol_error
+from perfsift.streams.group import JOIN_TIMEOUT_S, client_settings, is_cooperative, log_partitions, protocol_error
 from perfsift.streams.group import wait_assigned as wait_assigned  # re-exported: where callers found it
 from perfsift.streams.limits import Guard
 from perfsift.streams.outputs import StageOutputs
@@ -52,7 +53,9 @@ from perfsift.streams.stage import (
     sample_decoder,
     step_records,
 )
+from perfsift.streams.threads import run_in_thread as run_in_thread  # re-exported: where callers found it
 from perfsift.streams.topics import DEADLETTER_TOPIC, STATE_TOPIC
+from perfsift.streams.transactions import MAX_REPLACEMENTS, commit_or_abort, describe, new_producer, replace
 
 log = logging.getLogger("perfsift.runner")
 
@@ -110,6 +113,8 @@ class StageRunner:
         self._fingerprint = self._template.fingerprint()  # the template also serves the warm-up
         self._consumer: Consumer | None = None
         self._producer: Producer | None = None
+        self._producer_settings: dict[str, Any] = {}
+        self._replacements = 0  # producers replaced since the last commit
         self._in_txn = False
         self._silent = False  # replaying: no output, no dead letter, no count
         #: share of the input bytes state snapshots may cost (inf: a snapshot at every commit)
@@ -170,11 +175,9 @@ class StageRunner:
         shown = {"consumer": redacted(consumer), "producer": redacted(producer)}
         self._log(logging.INFO, "kafka consumer %s; producer %s", *shown.values(), **shown)
         self._consumer = Consumer(consumer | {"stats_cb": self._statistics("consumer")})
-        self._producer = Producer(
-            producer | {"on_delivery": self._on_delivery, "stats_cb": self._statistics("producer")}
-        )
-        if self.exactly_once:
-            self._producer.init_transactions(30)
+        self._producer_settings = {**producer, "on_delivery": self._on_delivery}
+        self._producer_settings["stats_cb"] = self._statistics("producer")
+        self._producer = new_producer(self._producer_settings)
         try:
             self._consumer.subscribe(
                 [self._in_topic], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
@@ -187,17 +190,21 @@ class StageRunner:
             while not self.stop_event.is_set():
                 msgs = self._consumer.consume(self.pipeline.batch_size, self.pipeline.batch_timeout_s)
                 self.last_loop = time.monotonic()
-                self._tick(self.last_loop)
-                self.ready.set()
-                if msgs:
-                    last_msg = time.monotonic()
-                    self._process(msgs)
-                elif idle_timeout_s is not None and time.monotonic() - last_msg > idle_timeout_s:
-                    break
-                else:  # idle: still serve the producer's delivery reports and statistics
-                    self._producer.poll(0)
-                if time.monotonic() - self._last_commit >= self.pipeline.commit_interval_s:
-                    self._commit()
+                try:
+                    self._tick(self.last_loop)
+                    self.ready.set()
+                    if msgs:
+                        last_msg = time.monotonic()
+                        self._process(msgs)
+                    elif idle_timeout_s is not None and time.monotonic() - last_msg > idle_timeout_s:
+                        break
+                    else:  # idle: still serve the producer's delivery reports and statistics
+                        self._producer.poll(0)
+                    if time.monotonic() - self._last_commit >= self.pipeline.commit_interval_s:
+                        self._commit()
+                except KafkaException as exc:
+                    while (again := self._recover(exc)) is not None:  # the recovery failed too (cluster still down)
+                        exc = again
             self._commit()
         finally:
             self._close()
@@ -218,6 +225,28 @@ class StageRunner:
             except Exception:  # only a head start: the first batch will load what this did not
                 log.warning("stage %s: warming up %s failed", self.stage.name, warm.__qualname__, exc_info=True)
         log.debug("stage %s: operators warmed up in %.2f s", self.stage.name, time.monotonic() - t)
+
+    def _recover(self, exc: KafkaException) -> KafkaException | None:
+        """Under exactly-once, a Kafka error while processing or committing costs only the open
+        transaction (:mod:`~perfsift.streams.transactions`); otherwise, or after
+        :data:`MAX_REPLACEMENTS` in a row without a commit, it ends the stage. Returns the error
+        the recovery itself met (to be recovered from in turn), or None."""
+        if (line := refused(exc, self.kafka, "running")) is not None:  # ACLs, credentials: no use trying again
+            raise AccessError(line) from None
+        if not self.exactly_once or self._replacements >= MAX_REPLACEMENTS or self._consumer is None:
+            raise exc
+        self._replacements += 1
+        why, name = describe(exc), self.stage.name
+        log.warning("stage %s: transaction failed: %s; new producer, partitions back to their last commit", name, why)
+        try:
+            self._producer = replace(self._producer, self._in_txn, self._producer_settings)
+            self._in_txn = False
+            self._delivery_errors.clear()
+            self.stats.producers_replaced += 1
+            self._checkpoints.rewind(self._consumer, self._parts, self._fresh, self._fingerprint)
+        except KafkaException as again:
+            return again
+        return None
 
     def _close(self) -> None:
         consumer, producer = self._consumer, self._producer
@@ -364,6 +393,7 @@ class StageRunner:
         for _, part in dirty:
             part.dirty = False
         self.stats.commits += 1
+        self._replacements = 0
         self._update_lag()
 
     def _snapshot(self, tp: tuple[str, int], part: Partition, next_offset: int, fresh: bool = False) -> None:
@@ -413,7 +443,8 @@ class StageRunner:
             consumer.incremental_assign(partitions)
         else:
             consumer.assign(partitions)
-        self._log_partitions(
+        log_partitions(
+            self,
             "assigned",
             partitions,
             logging.INFO,
@@ -433,42 +464,17 @@ class StageRunner:
         self.stats.revoked_partitions += len(partitions)
         if self.cooperative and partitions:
             consumer.incremental_unassign(partitions)
-        self._log_partitions("revoked", partitions, logging.INFO)
+        log_partitions(self, "revoked", partitions, logging.INFO)
 
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         for tp in partitions:  # lost: another member may own them already; do not commit
             self._parts.pop((tp.topic, tp.partition), None)
         if self.cooperative and partitions:
             consumer.incremental_unassign(partitions)
-        self._log_partitions("lost", partitions, logging.WARNING)
-
-    def _log_partitions(self, event: str, partitions: list[TopicPartition], level: int, **fields: Any) -> None:
-        """One log record per rebalance event (assigned, revoked, lost), with the partition numbers
-        and ``fields`` as structured fields (``restored``: those resumed from a snapshot)."""
-        numbers = sorted(tp.partition for tp in partitions)
-        self.stats.rebalances[event] = self.stats.rebalances.get(event, 0) + 1
-        detail = "".join(f", {k} {v}" for k, v in fields.items())
-        message = "partitions %s of %s %s%s"
-        self._log(level, message, numbers, self._in_topic, event, detail, event=event, partitions=numbers, **fields)
+        log_partitions(self, "lost", partitions, logging.WARNING)
 
     def _log(self, level: int, message: str, *args: Any, **fields: Any) -> None:
         """``message`` % ``args`` in the log after the stage's name, with the stage, the instance
         and ``fields`` as structured fields."""
         extra = {"stage": self.stage.name, "instance": self.instance, **fields}
         log.log(level, f"stage %s: {message}", self.stage.name, *args, extra=extra)
-
-
-def run_in_thread(
-    runner: StageRunner, idle_timeout_s: float | None = None, on_error: Callable[[BaseException], None] | None = None
-) -> threading.Thread:
-    """Start ``runner.run`` in a daemon thread; exceptions go to ``on_error`` (default: logged)."""
-
-    def target() -> None:
-        try:
-            runner.run(idle_timeout_s)
-        except BaseException as exc:
-            (on_error or (lambda e: log.exception("stage %s failed", runner.stage.name, exc_info=e)))(exc)
-
-    t = threading.Thread(target=target, name=f"stage-{runner.stage.name}", daemon=True)
-    t.start()
-    return t

@@ -68,6 +68,8 @@ class StageStats:
     restored_partitions: int = 0
     #: records replayed after a restart, from a snapshot up to the committed offset (not in records_in)
     replayed: int = 0
+    #: exactly-once producers replaced after a failed transaction (fenced, timed out; streams/transactions.py)
+    producers_replaced: int = 0
     #: rebalance events by kind (assigned, revoked, lost) and input partitions each concerned
     rebalances: dict[str, int] = field(default_factory=dict)
     revoked_partitions: int = 0
@@ -139,6 +141,7 @@ class StageStats:
             "commits": self.commits,
             "restored_partitions": self.restored_partitions,
             "replayed": self.replayed,
+            "producers_replaced": self.producers_replaced,
             "lag": sum(self.lag.values()),
             "busy_s": round(self.busy_s, 3),
             "by_topic": dict(self.by_topic),
