@@ -70,7 +70,9 @@ def test_the_host_sampler_follows_the_selection_of_its_own_samples(kafka: dict, 
     config.write_text(text)
     summary = tmp_path / "s.json"
     bs = kafka["bootstrap.servers"]
-    r = perfsift("run", "-b", bs, "-c", str(config), "--adaptive", "--speed", "40", "--sample-host", "0.5",
+    # the sampler runs while the demo replays: 30 s at 20x, so that on a loaded machine the rules
+    # still reach it with time left (at 40x, 15 s, its samples all went out whole in a loaded CI run)
+    r = perfsift("run", "-b", bs, "-c", str(config), "--adaptive", "--speed", "20", "--sample-host", "0.5",
                  "--threads", "--no-report", "--summary-json", str(summary), timeout=120)  # fmt: skip
     assert r.returncode == 0, r.stderr[-3000:]
     s = json.loads(summary.read_text())
