@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import threading
 import time
 import uuid
@@ -29,6 +30,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from perfsift.schemas.batches import decode_samples, warm_up_decoder
+from perfsift.streams.align import Aligner, event_times
 from perfsift.streams.broker import is_embedded_cluster
 from perfsift.streams.checkpoint import Cadence, Checkpoints, Partition, commit_or_abort
 from perfsift.streams.clients import (
@@ -53,6 +55,9 @@ log = logging.getLogger("perfsift.runner")
 
 class StageRunner:
     """Runs one stage of a pipeline on Kafka until stopped.
+
+    Its input partitions are read in event-time order within ``event_time_skew_s``
+    (:mod:`~perfsift.streams.align`; ``aligned = False`` in a subclass whose input is no samples).
 
     Parameters
     ----------
@@ -112,6 +117,13 @@ class StageRunner:
         self.cooperative = False
         self.loop_started: float | None = None  # monotonic time the consume loop began (readiness)
         self.join_timeout_s = JOIN_TIMEOUT_S
+        skew = pipeline.event_time_skew_s if self.aligned else math.inf
+        self._align: Aligner[Message] = Aligner(
+            skew, lambda ms: event_times([m.value() for m in ms], pipeline.encoding)
+        )
+
+    #: whether the input partitions are read in event-time order (their records are samples)
+    aligned = True
 
     def assigned(self) -> list[tuple[str, int]]:
         """Input partitions this instance owns now."""
@@ -153,6 +165,8 @@ class StageRunner:
         isolation = "read_committed" if self.exactly_once else "read_uncommitted"
         consumer = consumer_settings(self.kafka, self.group_id, isolation)
         consumer.setdefault("statistics.interval.ms", STATISTICS_INTERVAL_MS)
+        if self._align.enabled:  # a partition at its end must not hold the others back
+            consumer["enable.partition.eof"] = True
         if "partition.assignment.strategy" not in self.kafka and consumer.get("group.protocol") != "consumer":
             consumer["partition.assignment.strategy"] = assignment_strategy(self.is_embedded())
         txn_id = f"{self.group_id}.{self.instance}" if self.exactly_once else None
@@ -196,11 +210,12 @@ class StageRunner:
             self.loop_started = time.monotonic()
             last_msg = time.monotonic()
             while not self.stop_event.is_set():
-                msgs = self._consumer.consume(self.pipeline.batch_size, self.pipeline.batch_timeout_s)
+                wait = 0 if self._align.pending else self.pipeline.batch_timeout_s  # held messages to go
+                msgs = self._consumer.consume(self.pipeline.batch_size, wait)
                 self.last_loop = time.monotonic()
                 self._tick(self.last_loop)
                 self.ready.set()
-                if msgs:
+                if msgs or self._align.pending:
                     last_msg = time.monotonic()
                     self._process(msgs)
                 elif idle_timeout_s is not None and time.monotonic() - last_msg > idle_timeout_s:
@@ -280,14 +295,19 @@ class StageRunner:
                     raise refused
                 if err.code() != KafkaError._PARTITION_EOF:
                     log.warning("consume error on %s: %s", self.stage.name, err)
+                else:
+                    self._align.at_end(where(m)[:2])
                 continue
             topic, partition, _ = where(m)
             by_part.setdefault((topic, partition), []).append(m)
-        for tp, ms in by_part.items():
+        now = time.monotonic()
+        routed = [(tp, self._align.route(tp, ms)) for tp, ms in by_part.items()]  # in event-time order:
+        for tp, ms in [*routed, *self._align.release(now)]:  # the partitions ahead are held (streams/align.py)
             part = self._parts.get(tp)
-            if part is None:  # revoked between fetch and processing
+            if part is None or not ms:  # revoked between fetch and processing
                 continue
             self._process_partition(tp, part, ms)
+        self._pace(now)
         assert self._producer is not None
         self._producer.poll(0)
         self.stats.batches += 1
@@ -316,6 +336,8 @@ class StageRunner:
             return f"{topic}:{partition}:{ms[pos[i]].offset()}"
 
         batch, kept, errors = decode_samples([values[i] for i in pos] if big else values, place, self.pipeline.encoding)
+        if len(batch):
+            self._align.seen(tp, float(batch.ts.max()))
         for e in errors:
             self._dead_letter(ms[pos[e.index]], e.reason, "malformed")
         batch, refused = part.guard.check(batch)
@@ -339,6 +361,13 @@ class StageRunner:
         # (perfsift run's end-of-input check) then also sees the operators' state after them
         self.stats.records_in += len(ms)
         part.cadence.since += self.stats.count_in(self.stage.input, values)
+
+    def _pace(self, now: float) -> None:
+        """Pause the input partitions that run ahead in event time, resume those caught up."""
+        pause, resume = self._align.changes(now)
+        if self._consumer is not None and (pause or resume):
+            self._consumer.pause([TopicPartition(t, p) for t, p in pause])
+            self._consumer.resume([TopicPartition(t, p) for t, p in resume])
 
     def _emit(self, emitted: Emitted) -> None:
         """Publish what the chain emitted, with the stage's own outputs (OTLP requests: ``otlp_out``)."""
@@ -388,6 +417,9 @@ class StageRunner:
             self._ensure_transaction()
             self._in_txn = False  # committed, or aborted and every owned partition back at its last commit:
             if not commit_or_abort(self._producer, self._consumer, offsets):
+                held = [TopicPartition(t, p) for t, p in self._parts]  # re-read from the rewound offsets:
+                self._unpause(self._consumer, held)  # what the aligner held goes
+                self._align.assign(list(self._parts), time.monotonic())
                 return self._checkpoints.rewind(self._consumer, self._parts, self._fresh, self._fingerprint)
         else:
             self._flush_outputs()
@@ -440,6 +472,7 @@ class StageRunner:
             )
             self._parts.update(parts)
             self.stats.restored_partitions += len(restored)
+        self._align.assign([(tp.topic, tp.partition) for tp in partitions], time.monotonic())
         if self.cooperative:  # only the partitions that moved here; the others keep running
             consumer.incremental_assign(partitions)
         else:
@@ -456,6 +489,7 @@ class StageRunner:
             self._commit()
         for tp in partitions:
             self._parts.pop((tp.topic, tp.partition), None)
+        self._unpause(consumer, partitions)
         self.stats.revoked_partitions += len(partitions)
         if self.cooperative and partitions:
             consumer.incremental_unassign(partitions)
@@ -464,9 +498,16 @@ class StageRunner:
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         for tp in partitions:  # lost: another member may own them already; do not commit
             self._parts.pop((tp.topic, tp.partition), None)
+        self._unpause(consumer, partitions)
         if self.cooperative and partitions:
             consumer.incremental_unassign(partitions)
         self._log_partitions("lost", partitions, logging.WARNING)
+
+    def _unpause(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """Forget the alignment state of partitions going away; resume those it paused."""
+        if paused := self._align.revoke([(tp.topic, tp.partition) for tp in partitions]):
+            with contextlib.suppress(KafkaException):
+                consumer.resume([TopicPartition(t, p) for t, p in paused])
 
     def _log_partitions(self, event: str, partitions: list[TopicPartition], level: int, **fields: Any) -> None:
         """One log record per rebalance event (assigned, revoked, lost), with the partition numbers

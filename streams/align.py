@@ -1,0 +1,186 @@
+"""Event-time alignment of a stage's input partitions (``event_time_skew_s``).
+
+A consumer returns a backlog partition after partition (a fetch brings up to
+``max.partition.fetch.bytes`` of one partition at a time), so without care a stage emits all of one
+partition's hours before the first row of the next. Like Kafka Streams' task idling and Flink's
+watermark alignment, the :class:`Aligner` holds back the partitions that run ahead:
+
+- Each partition's *head* is the event time (sample ``ts``) of its next record: that of the first
+  message it holds back, else the newest it let through. The *floor* is the lowest head of the
+  partitions that still have data: a partition at its end (``PARTITION_EOF``) does not count until
+  new data comes; a newly assigned partition that has delivered nothing yet holds every other back
+  for at most ``idle_s`` (it usually reports its end or its data at once).
+- Messages of a partition are let through while their event time (running maximum) is at most
+  ``floor + skew``; the rest is held, and a partition that holds messages or whose newest event
+  time is beyond the bound is paused (``consumer.pause``: librdkafka stops fetching it and drops
+  what it prefetched) and resumed once it has let everything through and is within the bound.
+- Work is per consume batch and partition: the event times of held messages come from decoding
+  them once (``times``, a vectorised maximum per message) before they are decoded again to be
+  processed; a partition within the bound whose batch is small (at most :data:`DIRECT_MAX`
+  messages, the live case) goes straight through without that extra decode.
+
+What it guarantees: the event times a stage processes across its input partitions differ by at
+most ``skew`` plus one direct batch (:data:`DIRECT_MAX` messages) of a partition, not exact order
+(records within a partition stay in offset order; a node's clock jumping back is not reordered).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Generic, TypeVar
+
+import numpy as np
+import numpy.typing as npt
+
+T = TypeVar("T")
+TP = tuple[str, int]  # (topic, partition)
+
+#: how long a newly assigned partition that has delivered neither data nor its end holds the others
+IDLE_S = 1.0
+#: a partition within the bound whose consume batch has at most this many messages is processed
+#: directly (its event times are only known once processed: the overshoot allowed beyond the bound)
+DIRECT_MAX = 64
+
+
+class Aligner(Generic[T]):
+    """Which messages of which partitions to process now, and which partitions to pause.
+
+    ``times(messages)`` gives each message's event time (``-inf`` when it has none, e.g. a record
+    that does not decode: it goes through with its neighbours). ``skew`` is the bound in seconds;
+    ``inf`` turns alignment off (every message goes through at once, nothing is paused).
+    """
+
+    def __init__(
+        self, skew: float, times: Callable[[Sequence[T]], npt.NDArray[np.float64]], idle_s: float = IDLE_S
+    ) -> None:
+        self.skew = skew
+        self.enabled = not math.isinf(skew)
+        self.idle_s = idle_s
+        self._times = times
+        self._time: dict[TP, float] = {}  # newest event time let through
+        self._since: dict[TP, float] = {}  # assigned, nothing delivered yet: when assigned
+        self._eof: set[TP] = set()
+        self._held: dict[TP, list[T]] = {}
+        self._held_ts: dict[TP, npt.NDArray[np.float64]] = {}  # running max of the held messages' times
+        self.paused: set[TP] = set()
+        self.limit = -math.inf
+
+    # -- assignment --------------------------------------------------------------------------------
+    def assign(self, tps: Sequence[TP], now: float) -> None:
+        for tp in tps:
+            self._forget(tp)
+            self._since[tp] = now
+
+    def revoke(self, tps: Sequence[TP]) -> list[TP]:
+        """Forget ``tps`` (their held messages too: the next owner reads them from the committed
+        offset); returns those of them this aligner paused, for the caller to resume."""
+        was = [tp for tp in tps if tp in self.paused]
+        for tp in tps:
+            self._forget(tp)
+        return was
+
+    def _forget(self, tp: TP) -> None:
+        for d in (self._time, self._since, self._held, self._held_ts):
+            d.pop(tp, None)
+        self._eof.discard(tp)
+        self.paused.discard(tp)
+
+    def assigned(self) -> set[TP]:
+        return set(self._time) | set(self._since) | set(self._held)
+
+    # -- per consume batch -------------------------------------------------------------------------
+    def at_end(self, tp: TP) -> None:
+        """``tp`` reached the end of its log (PARTITION_EOF)."""
+        if tp in self.assigned() and not self._held.get(tp):
+            self._eof.add(tp)
+            self._since.pop(tp, None)
+
+    def route(self, tp: TP, msgs: list[T]) -> list[T]:
+        """New messages of ``tp``: those to process now; the others are held."""
+        self._eof.discard(tp)
+        self._since.pop(tp, None)
+        if not self.enabled:
+            return msgs
+        known = self._time.get(tp)
+        if tp not in self._held and known is not None and known <= self.limit and len(msgs) <= DIRECT_MAX:
+            return msgs
+        self._held.setdefault(tp, []).extend(msgs)
+        return []
+
+    def seen(self, tp: TP, newest: float) -> None:
+        """``tp`` let through messages whose newest event time is ``newest``."""
+        if newest > self._time.get(tp, -math.inf):
+            self._time[tp] = newest
+
+    @property
+    def pending(self) -> bool:
+        """Whether messages are held (the loop must come round even when no message arrives)."""
+        return bool(self._held)
+
+    def release(self, now: float) -> list[tuple[TP, list[T]]]:
+        """The held messages that are within the bound now, per partition, in offset order."""
+        for tp, held in self._held.items():
+            ts = self._held_ts.get(tp)
+            n = 0 if ts is None else len(ts)
+            if n < len(held):  # event times of the messages held since the last call
+                new = np.maximum.accumulate(np.asarray(self._times(held[n:]), dtype=np.float64))
+                self._held_ts[tp] = new if ts is None or not n else np.concatenate([ts, np.maximum(new, ts[-1])])
+        limit = self._limits(now)
+        out: list[tuple[TP, list[T]]] = []
+        for tp in list(self._held):
+            ts, held = self._held_ts[tp], self._held[tp]
+            k = int(np.searchsorted(ts, limit(tp), side="right"))
+            if not k:
+                continue
+            out.append((tp, held[:k]))
+            if k == len(held):
+                del self._held[tp], self._held_ts[tp]
+            else:
+                self._held[tp], self._held_ts[tp] = held[k:], ts[k:]
+        return out
+
+    def _limits(self, now: float) -> Callable[[TP], float]:
+        """The newest event time each partition may let through now: the lowest head of the
+        *other* partitions that have data plus the skew (``self.limit``: that of any partition
+        but the lowest; the lowest one itself always moves on)."""
+        heads: list[tuple[float, str, TP]] = []
+        for tp in self.assigned():
+            if tp in self._held:
+                heads.append((float(self._held_ts[tp][0]), str(tp), tp))
+            elif tp in self._eof:
+                continue
+            elif tp in self._time:
+                heads.append((self._time[tp], str(tp), tp))
+            elif now - self._since.get(tp, -math.inf) < self.idle_s:
+                heads.append((-math.inf, str(tp), tp))  # newly assigned, nothing yet: wait for it a moment
+        low = sorted(heads)[:2] + [(math.inf, "", ("", -1))] * 2
+        (first, _, lowest), (second, _, _) = low[0], low[1]
+        self.limit = first + self.skew
+        other = second + self.skew
+        return lambda tp: other if tp == lowest else self.limit
+
+    def changes(self, now: float) -> tuple[list[TP], list[TP]]:
+        """After a batch: the partitions to pause (holding messages, or let through beyond the
+        bound) and those to resume; the aligner counts them as done. The partition with the lowest
+        head is never paused for being ahead, so the stage always makes progress."""
+        if not self.enabled:
+            return [], []
+        limit = self._limits(now)
+        ahead = {tp for tp, t in self._time.items() if t > limit(tp) and tp not in self._eof}
+        want = set(self._held) | ahead
+        pause, resume = sorted(want - self.paused, key=str), sorted(self.paused - want, key=str)
+        self.paused = want
+        return pause, resume
+
+
+def event_times(values: Sequence[bytes | None], encoding: str) -> npt.NDArray[np.float64]:
+    """Each sample message's newest event time (a column frame's newest row; ``-inf`` for one that
+    does not decode), for :class:`Aligner` (decodes the messages once; vectorised per batch)."""
+    from perfsift.schemas.batches import decode_samples  # the runner's decoder; keeps this module light
+
+    batch, kept, _ = decode_samples(values, None, encoding)
+    out = np.full(len(values), -math.inf)
+    if len(batch):
+        np.maximum.at(out, np.asarray(kept, dtype=np.intp), batch.ts)
+    return out
