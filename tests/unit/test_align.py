@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
+import numpy.typing as npt
 from perfsift.operators.batch import Batch
 from perfsift.schemas.encode import encode_batch
 from perfsift.streams.align import DIRECT_MAX, Aligner, event_times
@@ -12,7 +14,7 @@ from perfsift.streams.align import DIRECT_MAX, Aligner, event_times
 A, B, C = ("in", 0), ("in", 1), ("in", 2)
 
 
-def times(ms):  # a message is its event time here
+def times(ms: Sequence[float]) -> npt.NDArray[np.float64]:  # a message is its event time here
     return np.asarray(ms, dtype=np.float64)
 
 
@@ -29,11 +31,11 @@ class FakeConsumer:
         self.calls: list[tuple[str, tuple]] = []
         self.eof_told: set = set()
 
-    def pause(self, tps) -> None:
+    def pause(self, tps: list) -> None:
         self.calls += [("pause", tp) for tp in tps]
         self.paused |= set(tps)
 
-    def resume(self, tps) -> None:
+    def resume(self, tps: list) -> None:
         self.calls += [("resume", tp) for tp in tps]
         self.paused -= set(tps)
 
