@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import uuid
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -22,7 +23,7 @@ NODES, STEPS, EVERY = 16, 150, 10.0  # 16 nodes on 4 partitions, 1,500 s of samp
 SKEW = 60.0
 
 
-def samples() -> list[dict]:
+def samples() -> list[dict[str, Any]]:
     return [
         {"ts": 1000.0 + t * EVERY, "node": f"n{n:02d}", "metrics": {"cpu": float(t + n)}}
         for t in range(STEPS)
