@@ -64,7 +64,7 @@ def run_stage(tmp_path: Path, kafka: dict[str, str], skew: float) -> list[dict]:
     )
     cfg = load_pipeline(path)
     # one output partition: the topic's order is the order the stage emitted in
-    ensure_topics(AdminClient(kafka), [cfg.topic("perf.smoothed")], 1, 1, cfg.retention_ms, [])
+    ensure_topics(AdminClient(dict(kafka.items())), [cfg.topic("perf.smoothed")], 1, 1, cfg.retention_ms, [])
     create_pipeline_topics(cfg, kafka)
     assert publish_samples(kafka, cfg.topic("perf.raw"), samples()) == NODES * STEPS  # the backlog
     runner = StageRunner(cfg.stages["smooth"], cfg, kafka, embedded=True)
