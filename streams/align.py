@@ -14,14 +14,15 @@ watermark alignment, the :class:`Aligner` holds back the partitions that run ahe
   ``floor + skew``; the rest is held, and a partition that holds messages or whose newest event
   time is beyond the bound is paused (``consumer.pause``: librdkafka stops fetching it and drops
   what it prefetched) and resumed once it has let everything through and is within the bound.
-- Work is per consume batch and partition: the event times of held messages come from decoding
-  them once (``times``, a vectorised maximum per message) before they are decoded again to be
-  processed; a partition within the bound whose batch is small (at most :data:`DIRECT_MAX`
-  messages, the live case) goes straight through without that extra decode.
+- Work is per consume batch and partition: a batch whose last message (decoded alone: the probe)
+  is within the bound goes straight through (a stage that keeps up); otherwise the event times of
+  its messages come from decoding them once (``times``, a vectorised maximum per message) before
+  the slices let through are decoded again to be processed.
 
-What it guarantees: the event times a stage processes across its input partitions differ by at
-most ``skew`` plus one direct batch (:data:`DIRECT_MAX` messages) of a partition, not exact order
-(records within a partition stay in offset order; a node's clock jumping back is not reordered).
+What it guarantees: a bound on the event-time skew across a stage's input partitions, not exact
+order: records within a partition stay in offset order, and the last message of a batch stands
+for the batch on the direct path (a partition whose nodes' clocks disagree by more than the bound
+can overshoot it by that disagreement).
 """
 
 from __future__ import annotations
@@ -38,9 +39,6 @@ TP = tuple[str, int]  # (topic, partition)
 
 #: how long a newly assigned partition that has delivered neither data nor its end holds the others
 IDLE_S = 1.0
-#: a partition within the bound whose consume batch has at most this many messages is processed
-#: directly (its event times are only known once processed: the overshoot allowed beyond the bound)
-DIRECT_MAX = 64
 
 
 class Aligner(Generic[T]):
@@ -65,6 +63,7 @@ class Aligner(Generic[T]):
         self._held_ts: dict[TP, npt.NDArray[np.float64]] = {}  # running max of the held messages' times
         self.paused: set[TP] = set()
         self.limit = -math.inf
+        self._moved = False  # the last release let messages through
 
     # -- assignment --------------------------------------------------------------------------------
     def assign(self, tps: Sequence[TP], now: float) -> None:
@@ -91,8 +90,10 @@ class Aligner(Generic[T]):
 
     # -- per consume batch -------------------------------------------------------------------------
     def at_end(self, tp: TP) -> None:
-        """``tp`` reached the end of its log (PARTITION_EOF)."""
-        if tp in self.assigned() and not self._held.get(tp):
+        """``tp`` reached the end of its log (PARTITION_EOF; call it after :meth:`route` has taken
+        the same consume batch's messages, which come before the event). While it holds messages
+        their head counts; once they are through it holds nothing back until new data comes."""
+        if tp in self.assigned():
             self._eof.add(tp)
             self._since.pop(tp, None)
 
@@ -103,7 +104,8 @@ class Aligner(Generic[T]):
         if not self.enabled:
             return msgs
         known = self._time.get(tp)
-        if tp not in self._held and known is not None and known <= self.limit and len(msgs) <= DIRECT_MAX:
+        direct = tp not in self._held and known is not None and known <= self.limit
+        if direct and float(np.max(self._times(msgs[-1:]), initial=-math.inf)) <= self.limit:  # the probe
             return msgs
         self._held.setdefault(tp, []).extend(msgs)
         return []
@@ -117,6 +119,12 @@ class Aligner(Generic[T]):
     def pending(self) -> bool:
         """Whether messages are held (the loop must come round even when no message arrives)."""
         return bool(self._held)
+
+    @property
+    def busy(self) -> bool:
+        """Whether held messages were let through last time and more are held: the loop should
+        come round again without waiting for new messages."""
+        return self._moved and bool(self._held)
 
     def release(self, now: float) -> list[tuple[TP, list[T]]]:
         """The held messages that are within the bound now, per partition, in offset order."""
@@ -138,6 +146,7 @@ class Aligner(Generic[T]):
                 del self._held[tp], self._held_ts[tp]
             else:
                 self._held[tp], self._held_ts[tp] = held[k:], ts[k:]
+        self._moved = bool(out)
         return out
 
     def _limits(self, now: float) -> Callable[[TP], float]:

@@ -210,7 +210,7 @@ class StageRunner:
             self.loop_started = time.monotonic()
             last_msg = time.monotonic()
             while not self.stop_event.is_set():
-                wait = 0 if self._align.pending else self.pipeline.batch_timeout_s  # held messages to go
+                wait = 0 if self._align.busy else self.pipeline.batch_timeout_s  # held messages to go
                 msgs = self._consumer.consume(self.pipeline.batch_size, wait)
                 self.last_loop = time.monotonic()
                 self._tick(self.last_loop)
@@ -222,6 +222,7 @@ class StageRunner:
                     break
                 else:  # idle: still serve the producer's delivery reports and statistics
                     self._producer.poll(0)
+                    self._pace(self.last_loop)  # a new partition's idle time may be over
                 if time.monotonic() - self._last_commit >= self.pipeline.commit_interval_s:
                     self._commit()
             self._commit()
@@ -288,6 +289,7 @@ class StageRunner:
         if self.stats.first_batch_at is None:
             self.stats.first_batch_at = time.monotonic()
         by_part: dict[tuple[str, int], list[Message]] = {}
+        ends: list[tuple[str, int]] = []
         for m in msgs:
             err = m.error()
             if err is not None:
@@ -296,12 +298,14 @@ class StageRunner:
                 if err.code() != KafkaError._PARTITION_EOF:
                     log.warning("consume error on %s: %s", self.stage.name, err)
                 else:
-                    self._align.at_end(where(m)[:2])
+                    ends.append(where(m)[:2])
                 continue
             topic, partition, _ = where(m)
             by_part.setdefault((topic, partition), []).append(m)
         now = time.monotonic()
         routed = [(tp, self._align.route(tp, ms)) for tp, ms in by_part.items()]  # in event-time order:
+        for tp in ends:
+            self._align.at_end(tp)
         for tp, ms in [*routed, *self._align.release(now)]:  # the partitions ahead are held (streams/align.py)
             part = self._parts.get(tp)
             if part is None or not ms:  # revoked between fetch and processing

@@ -9,7 +9,7 @@ import numpy as np
 import numpy.typing as npt
 from perfsift.operators.batch import Batch
 from perfsift.schemas.encode import encode_batch
-from perfsift.streams.align import DIRECT_MAX, Aligner, event_times
+from perfsift.streams.align import Aligner, event_times
 
 A, B, C = ("in", 0), ("in", 1), ("in", 2)
 
@@ -62,9 +62,9 @@ def drive(al: Aligner, consumer: FakeConsumer, rounds: int = 500) -> list[tuple[
     for _ in range(rounds):
         now += 0.1
         batch, eofs = consumer.consume()
+        routed = [(tp, al.route(tp, ms)) for tp, ms in batch.items()]
         for tp in eofs:
             al.at_end(tp)
-        routed = [(tp, al.route(tp, ms)) for tp, ms in batch.items()]
         for tp, ms in [*routed, *al.release(now)]:
             out += [(tp, t) for t in ms]
             if ms:
@@ -154,16 +154,16 @@ def test_revoked_partition_is_forgotten_and_its_pause_returned() -> None:
     assert al.route(A, [5.0]) == [] and al.release(1.1) == [(A, [5.0])]
 
 
-def test_small_batch_within_the_bound_goes_straight_through_and_inf_turns_it_off() -> None:
+def test_batch_within_the_bound_goes_straight_through_and_inf_turns_it_off() -> None:
     al: Aligner = Aligner(10.0, times)
     al.assign([A], 0.0)
     al.route(A, [0.0])
     al.release(0.1)
     al.seen(A, 0.0)
     al.changes(0.1)
-    assert al.route(A, [1.0, 2.0]) == [1.0, 2.0]
-    big = [3.0] * (DIRECT_MAX + 1)
-    assert al.route(A, big) == []  # a large batch is cut by event time first
+    assert al.route(A, [1.0, 2.0] * 50) == [1.0, 2.0] * 50  # its last message is within the bound
+    assert al.route(A, [3.0, 11.0]) == []  # beyond: held, to be cut by event time
+    assert al.release(0.2) == [(A, [3.0, 11.0])]  # A is alone: nothing to wait for
     off: Aligner = Aligner(math.inf, times)
     off.assign([A, B], 0.0)
     assert off.route(A, [0.0, 1000.0]) == [0.0, 1000.0]
@@ -174,3 +174,17 @@ def test_event_times_of_sample_messages() -> None:
     rows = Batch.from_columns(ts=[5.0, 7.0], nodes=["a", "b"], metrics=["cpu"], values=[[1.0], [2.0]])
     values = [*encode_batch(rows), b"not json"]
     assert event_times(values, "json").tolist() == [5.0, 7.0, -math.inf]
+
+
+def test_end_reported_while_holding_counts_once_the_held_messages_are_through() -> None:
+    al: Aligner = Aligner(10.0, times)
+    al.assign([A, B], 0.0)
+    assert al.route(A, [0.0, 100.0]) == [] and al.route(B, [0.0, 5.0]) == []
+    al.at_end(A)  # A's end came in the same batch, after its messages
+    al.at_end(B)
+    assert al.release(0.1) == [(A, [0.0]), (B, [0.0, 5.0])]
+    assert al.changes(0.1) == ([A], [])
+    assert al.busy  # A still holds 100.0
+    assert al.release(0.2) == [(A, [100.0])]  # B is at its end: it holds nothing back
+    al.seen(A, 100.0)
+    assert al.changes(0.2) == ([], [A]) and not al.pending
