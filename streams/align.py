@@ -8,8 +8,10 @@ watermark alignment, the :class:`Aligner` holds back the partitions that run ahe
 - Each partition's *head* is the event time (sample ``ts``) of its next record: that of the first
   message it holds back, else the newest it let through. The *floor* is the lowest head of the
   partitions that still have data: a partition at its end (``PARTITION_EOF``) does not count until
-  new data comes; a newly assigned partition that has delivered nothing yet holds every other back
-  for at most ``idle_s`` (it usually reports its end or its data at once).
+  new data comes, nor one that delivered nothing for ``idle_s`` since it was assigned, resumed or
+  last delivered (a newly assigned partition usually reports its end or its data at once; librdkafka
+  does not report an end twice at the same offset, e.g. after a pause), so an empty or quiet
+  partition never stalls a stage.
 - Messages of a partition are let through while their event time (running maximum) is at most
   ``floor + skew``; the rest is held, and a partition that holds messages or whose newest event
   time is beyond the bound is paused (``consumer.pause``: librdkafka stops fetching it and drops
@@ -37,7 +39,7 @@ import numpy.typing as npt
 T = TypeVar("T")
 TP = tuple[str, int]  # (topic, partition)
 
-#: how long a newly assigned partition that has delivered neither data nor its end holds the others
+#: how long a partition that delivers neither data nor its end (newly assigned, resumed) holds the others
 IDLE_S = 1.0
 
 
@@ -57,7 +59,8 @@ class Aligner(Generic[T]):
         self.idle_s = idle_s
         self._times = times
         self._time: dict[TP, float] = {}  # newest event time let through
-        self._since: dict[TP, float] = {}  # assigned, nothing delivered yet: when assigned
+        self._owned: set[TP] = set()
+        self._heard: dict[TP, float] = {}  # when last assigned, resumed or delivering
         self._eof: set[TP] = set()
         self._held: dict[TP, list[T]] = {}
         self._held_ts: dict[TP, npt.NDArray[np.float64]] = {}  # running max of the held messages' times
@@ -69,7 +72,8 @@ class Aligner(Generic[T]):
     def assign(self, tps: Sequence[TP], now: float) -> None:
         for tp in tps:
             self._forget(tp)
-            self._since[tp] = now
+            self._owned.add(tp)
+            self._heard[tp] = now
 
     def revoke(self, tps: Sequence[TP]) -> list[TP]:
         """Forget ``tps`` (their held messages too: the next owner reads them from the committed
@@ -80,27 +84,27 @@ class Aligner(Generic[T]):
         return was
 
     def _forget(self, tp: TP) -> None:
-        for d in (self._time, self._since, self._held, self._held_ts):
+        self._owned.discard(tp)
+        for d in (self._time, self._heard, self._held, self._held_ts):
             d.pop(tp, None)
         self._eof.discard(tp)
         self.paused.discard(tp)
 
     def assigned(self) -> set[TP]:
-        return set(self._time) | set(self._since) | set(self._held)
+        return set(self._owned)
 
     # -- per consume batch -------------------------------------------------------------------------
     def at_end(self, tp: TP) -> None:
         """``tp`` reached the end of its log (PARTITION_EOF; call it after :meth:`route` has taken
         the same consume batch's messages, which come before the event). While it holds messages
         their head counts; once they are through it holds nothing back until new data comes."""
-        if tp in self.assigned():
+        if tp in self._owned:
             self._eof.add(tp)
-            self._since.pop(tp, None)
 
-    def route(self, tp: TP, msgs: list[T]) -> list[T]:
+    def route(self, tp: TP, msgs: list[T], now: float) -> list[T]:
         """New messages of ``tp``: those to process now; the others are held."""
         self._eof.discard(tp)
-        self._since.pop(tp, None)
+        self._heard[tp] = now
         if not self.enabled:
             return msgs
         known = self._time.get(tp)
@@ -154,15 +158,13 @@ class Aligner(Generic[T]):
         *other* partitions that have data plus the skew (``self.limit``: that of any partition
         but the lowest; the lowest one itself always moves on)."""
         heads: list[tuple[float, str, TP]] = []
-        for tp in self.assigned():
+        for tp in self._owned:
             if tp in self._held:
                 heads.append((float(self._held_ts[tp][0]), str(tp), tp))
-            elif tp in self._eof:
-                continue
-            elif tp in self._time:
-                heads.append((self._time[tp], str(tp), tp))
-            elif now - self._since.get(tp, -math.inf) < self.idle_s:
-                heads.append((-math.inf, str(tp), tp))  # newly assigned, nothing yet: wait for it a moment
+            elif tp in self._eof or now - self._heard.get(tp, -math.inf) >= self.idle_s:
+                continue  # at its end, or quiet (no end reported) for idle_s
+            else:  # a new partition that has delivered nothing yet: wait for it a moment
+                heads.append((self._time.get(tp, -math.inf), str(tp), tp))
         low = sorted(heads)[:2] + [(math.inf, "", ("", -1))] * 2
         (first, _, lowest), (second, _, _) = low[0], low[1]
         self.limit = first + self.skew
@@ -180,6 +182,8 @@ class Aligner(Generic[T]):
         want = set(self._held) | ahead
         pause, resume = sorted(want - self.paused, key=str), sorted(self.paused - want, key=str)
         self.paused = want
+        for tp in resume:
+            self._heard[tp] = now  # from now on it may take idle_s to deliver again
         return pause, resume
 
 

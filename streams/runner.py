@@ -303,7 +303,7 @@ class StageRunner:
             topic, partition, _ = where(m)
             by_part.setdefault((topic, partition), []).append(m)
         now = time.monotonic()
-        routed = [(tp, self._align.route(tp, ms)) for tp, ms in by_part.items()]  # in event-time order:
+        routed = [(tp, self._align.route(tp, ms, now)) for tp, ms in by_part.items()]  # in event-time order:
         for tp in ends:
             self._align.at_end(tp)
         for tp, ms in [*routed, *self._align.release(now)]:  # the partitions ahead are held (streams/align.py)

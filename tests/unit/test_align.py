@@ -12,6 +12,7 @@ from perfsift.schemas.encode import encode_batch
 from perfsift.streams.align import Aligner, event_times
 
 A, B, C = ("in", 0), ("in", 1), ("in", 2)
+NOW = 0.05  # the unit tests' deliveries come at the start; their release times are given
 
 
 def times(ms: Sequence[float]) -> npt.NDArray[np.float64]:  # a message is its event time here
@@ -62,7 +63,7 @@ def drive(al: Aligner, consumer: FakeConsumer, rounds: int = 500) -> list[tuple[
     for _ in range(rounds):
         now += 0.1
         batch, eofs = consumer.consume()
-        routed = [(tp, al.route(tp, ms)) for tp, ms in batch.items()]
+        routed = [(tp, al.route(tp, ms, now)) for tp, ms in batch.items()]
         for tp in eofs:
             al.at_end(tp)
         for tp, ms in [*routed, *al.release(now)]:
@@ -114,23 +115,23 @@ def test_partition_at_its_end_does_not_hold_the_others() -> None:
     al: Aligner = Aligner(10.0, times)
     al.assign([A, B], 0.0)
     al.at_end(B)  # empty partition
-    assert al.route(A, [0.0, 50.0, 100.0]) == []  # first data: held until its times are known
+    assert al.route(A, [0.0, 50.0, 100.0], NOW) == []  # first data: held until its times are known
     assert al.release(0.1) == [(A, [0.0, 50.0, 100.0])]
     al.seen(A, 100.0)
     assert al.changes(0.1) == ([], [])
     # new data on B: it holds A back again (A is ahead of B's 20 by more than 10 s)
-    assert al.route(B, [20.0]) == []
+    assert al.route(B, [20.0], NOW) == []
     assert al.release(0.2) == [(B, [20.0])]
     al.seen(B, 20.0)
     assert al.changes(0.2) == ([A], [])
-    assert al.route(A, [101.0]) == []  # A is held while ahead
+    assert al.route(A, [101.0], NOW) == []  # A is held while ahead
     assert al.release(0.3) == []
 
 
 def test_new_partition_holds_the_others_at_most_idle_time() -> None:
     al: Aligner = Aligner(10.0, times, idle_s=1.0)
     al.assign([A, B], 0.0)
-    assert al.route(A, [0.0, 100.0]) == []
+    assert al.route(A, [0.0, 100.0], NOW) == []
     assert al.release(0.5) == []  # B may still deliver older data
     assert al.changes(0.5) == ([A], [])
     assert al.pending
@@ -142,8 +143,8 @@ def test_new_partition_holds_the_others_at_most_idle_time() -> None:
 def test_revoked_partition_is_forgotten_and_its_pause_returned() -> None:
     al: Aligner = Aligner(10.0, times)
     al.assign([A, B], 0.0)
-    al.route(A, [0.0, 100.0])
-    al.route(B, [0.0])
+    al.route(A, [0.0, 100.0], NOW)
+    al.route(B, [0.0], NOW)
     assert al.release(0.1) == [(A, [0.0]), (B, [0.0])]
     assert al.changes(0.1) == ([A], [])  # A holds 100.0
     assert al.revoke([A]) == [A]
@@ -151,22 +152,22 @@ def test_revoked_partition_is_forgotten_and_its_pause_returned() -> None:
     assert al.revoke([B]) == []
     assert al.assigned() == set()
     al.assign([A], 1.0)  # reassigned: starts afresh
-    assert al.route(A, [5.0]) == [] and al.release(1.1) == [(A, [5.0])]
+    assert al.route(A, [5.0], NOW) == [] and al.release(1.1) == [(A, [5.0])]
 
 
 def test_batch_within_the_bound_goes_straight_through_and_inf_turns_it_off() -> None:
     al: Aligner = Aligner(10.0, times)
     al.assign([A], 0.0)
-    al.route(A, [0.0])
+    al.route(A, [0.0], NOW)
     al.release(0.1)
     al.seen(A, 0.0)
     al.changes(0.1)
-    assert al.route(A, [1.0, 2.0] * 50) == [1.0, 2.0] * 50  # its last message is within the bound
-    assert al.route(A, [3.0, 11.0]) == []  # beyond: held, to be cut by event time
+    assert al.route(A, [1.0, 2.0] * 50, NOW) == [1.0, 2.0] * 50  # its last message is within the bound
+    assert al.route(A, [3.0, 11.0], NOW) == []  # beyond: held, to be cut by event time
     assert al.release(0.2) == [(A, [3.0, 11.0])]  # A is alone: nothing to wait for
     off: Aligner = Aligner(math.inf, times)
     off.assign([A, B], 0.0)
-    assert off.route(A, [0.0, 1000.0]) == [0.0, 1000.0]
+    assert off.route(A, [0.0, 1000.0], NOW) == [0.0, 1000.0]
     assert off.release(0.1) == [] and off.changes(0.1) == ([], []) and not off.enabled
 
 
@@ -179,7 +180,7 @@ def test_event_times_of_sample_messages() -> None:
 def test_end_reported_while_holding_counts_once_the_held_messages_are_through() -> None:
     al: Aligner = Aligner(10.0, times)
     al.assign([A, B], 0.0)
-    assert al.route(A, [0.0, 100.0]) == [] and al.route(B, [0.0, 5.0]) == []
+    assert al.route(A, [0.0, 100.0], NOW) == [] and al.route(B, [0.0, 5.0], NOW) == []
     al.at_end(A)  # A's end came in the same batch, after its messages
     al.at_end(B)
     assert al.release(0.1) == [(A, [0.0]), (B, [0.0, 5.0])]
@@ -188,3 +189,21 @@ def test_end_reported_while_holding_counts_once_the_held_messages_are_through() 
     assert al.release(0.2) == [(A, [100.0])]  # B is at its end: it holds nothing back
     al.seen(A, 100.0)
     assert al.changes(0.2) == ([], [A]) and not al.pending
+
+
+def test_partition_quiet_without_an_end_stops_holding_the_others_after_idle_time() -> None:
+    al: Aligner = Aligner(10.0, times, idle_s=1.0)
+    al.assign([A, B], 0.0)
+    al.route(A, [0.0], 0.1)
+    al.route(B, [0.0, 100.0], 0.1)
+    assert al.release(0.2) == [(A, [0.0]), (B, [0.0])]
+    al.seen(A, 0.0)
+    al.seen(B, 0.0)
+    assert al.changes(0.2) == ([B], [])  # B holds 100.0 while A (no end reported) may deliver more
+    assert al.release(0.9) == []
+    assert al.release(1.2) == [(B, [100.0])]  # A quiet for 1.1 s: it no longer holds B back
+    al.seen(B, 100.0)
+    assert al.changes(1.2) == ([], [B])
+    assert al.route(A, [1.0], 1.3) == [1.0]  # A delivers again: within the bound, straight through
+    al.seen(A, 1.0)
+    assert al.changes(1.3) == ([B], [])  # and B, 99 s ahead, waits for it again
