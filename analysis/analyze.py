@@ -1,8 +1,11 @@
 """``perfsift analyze TRACE --out DIR``: the pipeline's operator chain in one process, no broker.
 
-Every stage of the pipeline file runs in topological order on chunks of the trace; between stages
-the records are encoded and decoded exactly as on Kafka (JSON or Avro, per the pipeline), so the
-outputs are the same records a streaming run writes to the topics — the test suite checks it.
+Every stage of the pipeline file runs in topological order on chunks of the trace, through the
+stage step of the Kafka runner (:func:`~perfsift.streams.stage.step_records`: decode, the
+pipeline's ``limits:``, the chain, its outputs); between stages the records are encoded and decoded
+as on Kafka, so the outputs are the same records a streaming run writes to the topics, and the
+records a run would park on perf.deadletter are parked here (counted in the summary's
+``dead_letters`` by reason) — the test suite checks both (tests/unit/test_stage_step.py).
 Writes ``DIR/selection.jsonl``, ``DIR/reduced.jsonl`` (or ``reduced.sddf`` with ``--sddf``),
 ``DIR/contract.jsonl``, ``DIR/forecast.jsonl``, ``DIR/control.jsonl``, ``DIR/prediction.jsonl``
 (those the pipeline produces), ``DIR/clean-flags.jsonl`` (the changed values) and ``DIR/summary.json``.
@@ -12,6 +15,8 @@ from __future__ import annotations
 
 import itertools
 import time
+from collections import Counter
+from functools import partial
 from pathlib import Path
 from typing import IO, Any
 
@@ -19,20 +24,16 @@ import orjson
 from perfsift.operators import Batch, Operator
 from perfsift.producers import number_samples
 from perfsift.producers.traces import TraceWriter, iter_samples
-from perfsift.schemas import RecordError, batch_to_samples, decode_samples
+from perfsift.schemas import RecordError, batch_to_samples
+from perfsift.streams.clients import dead_letter_record
 from perfsift.streams.config import PipelineConfig, StageConfig
-from perfsift.streams.stage import Chain, Emitted, StageStats, merge_summaries
+from perfsift.streams.limits import Guard
+from perfsift.streams.stage import Chain, Emitted, StageStats, merge_summaries, sample_decoder, step_records
+from perfsift.streams.topics import REPORT_FILES
 from perfsift.streams.volume import written_bytes
 
-#: topic -> output file name (topics not listed are not written)
-FILES = {
-    "perf.selection": "selection.jsonl",
-    "perf.reduced": "reduced.jsonl",
-    "perf.contract": "contract.jsonl",
-    "perf.forecast": "forecast.jsonl",
-    "perf.control": "control.jsonl",
-    "perf.prediction": "prediction.jsonl",
-}
+#: topic -> output file name (topics not listed are not written): the topic table's
+FILES = REPORT_FILES
 
 
 class Analysis:
@@ -51,7 +52,10 @@ class Analysis:
         self.flags = (out_dir / "clean-flags.jsonl").open("wb")
         self.topic_counts: dict[str, int] = {}
         self.topic_bytes: dict[str, int] = {}
-        self.errors: list[RecordError] = []
+        #: the records the stages parked, as (reason, dead-letter record) (perf.deadletter on Kafka)
+        self.dead_letters: list[tuple[str, bytes]] = []
+        self.guards = {st.name: Guard(cfg.limits) for st in self.order}
+        self.decode = sample_decoder("json")
 
     @staticmethod
     def _topological(cfg: PipelineConfig) -> list[StageConfig]:
@@ -72,8 +76,11 @@ class Analysis:
     # -- running --------------------------------------------------------------------------------
     def feed(self, samples: list[dict[str, Any]]) -> None:
         """One chunk of raw samples through every stage."""
-        wire = {"perf.raw": [orjson.dumps(s) for s in samples]}
-        self._run(wire, final=False)
+        self.feed_records([orjson.dumps(s) for s in samples])
+
+    def feed_records(self, values: list[bytes]) -> None:
+        """One chunk of perf.raw records (JSON samples, as published) through every stage."""
+        self._run({"perf.raw": values}, final=False)
 
     def finish(self) -> dict[str, Any]:
         self._run({}, final=True)
@@ -93,17 +100,25 @@ class Analysis:
                 stats.records_in += len(values)
                 stats.count_in(st.input, values)  # type: ignore[arg-type]
 
-                def where(i: int, topic: str = st.input) -> str:
+                def place(i: int, topic: str = st.input) -> str:
                     return f"{topic}[{i}]"
 
-                batch, _, errors = decode_samples(values, where, "json")
-                for _ in errors:
-                    stats.dead_letter("malformed")
-                self.errors += errors
-                if len(batch):
-                    self._send(wire, stats, chain.process(batch, self._timer(stats)))
+                def park(i: int, kind: str, detail: str, stage: str = st.name, v: list[bytes] = values) -> None:
+                    self._dead_letter(stage, v[i], kind, detail)
+
+                publish = partial(self._send, wire, stats)
+                at = f"stage {st.name}"
+                step_records(
+                    chain, self.guards[st.name], values, self.decode, place, publish, park, at, self._timer(stats)
+                )
             if final:
                 self._send(wire, stats, chain.flush())
+
+    def _dead_letter(self, stage: str, value: bytes, kind: str, detail: str) -> None:
+        """A record the stage parks: counted, and kept as on perf.deadletter (no partition or offset)."""
+        self.stats[stage].dead_letter(kind)
+        record = dead_letter_record(stage, self.cfg.stage(stage).input, -1, -1, None, value, detail)
+        self.dead_letters.append((kind, record))
 
     def _send(self, wire: dict[str, list[bytes]], stats: StageStats, emitted: Emitted) -> None:
         """Records a stage publishes: on to the stages that read the topic, and to their files."""
@@ -165,6 +180,7 @@ class Analysis:
                     "bytes_in": s.bytes_in,
                     "bytes_out": s.bytes_out,
                     "dead_letters": s.dead_letters,
+                    "dead_by_reason": dict(s.dead_by_reason),
                     "seconds": round(s.busy_s, 4),
                     "operators_seconds": {k: round(v, 4) for k, v in s.by_operator.items()},
                 }
@@ -177,7 +193,9 @@ class Analysis:
             "reduction_ratio": values_ratio(per_job),
             "reduction_ratio_vs_raw": reduced / raw if raw else None,
             "jobs": per_job,
-            "rejected": len(self.errors),
+            # records parked (perf.deadletter on Kafka): malformed, over a limit, or an operator failed
+            "rejected": len(self.dead_letters),
+            "dead_letters": dict(Counter(kind for kind, _ in self.dead_letters)),
         }
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import orjson
+from perfsift.schemas.forecast_wire import complete_forecast
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -65,7 +66,7 @@ def load_folder(path: Path) -> Folder:
         read_jsonl(path / "selection.jsonl"),
         read_jsonl(path / "reduced.jsonl"),
         read_jsonl(path / "contract.jsonl"),
-        read_jsonl(path / "forecast.jsonl"),
+        [complete_forecast(f) for f in read_jsonl(path / "forecast.jsonl")],  # bounds are not on the wire
         read_jsonl(path / "prediction.jsonl"),
     )
 

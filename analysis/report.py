@@ -148,13 +148,23 @@ def apart_section(f: Folder) -> tuple[bytes, str] | str:
         top = max(periods, key=lambda p: p["z"])
         metrics = ", ".join(f"{m['metric']} {m['deviation']:+.1f}" for m in top["metrics"])
         rows.append([node, len(periods), when, f"{top['z']:.1f}", metrics])
-    shown = [(best, f"{best['job']}: the period with the highest index ({best.get('index') or 0:.2f}), "
-              f"starting at {best['period_start'] - t0:.0f} s")]  # fmt: skip
+    shown = [
+        (
+            best,
+            f"{best['job']}: the period with the highest index ({best.get('index') or 0:.2f}), "
+            f"starting at {best['period_start'] - t0:.0f} s",
+        )
+    ]
     marked = [r for r in with_pos if r.get("deviants")]
     if marked and not best.get("deviants"):
         worst = max(marked, key=lambda r: r["deviants"][0]["z"])
-        shown.append((worst, f"{worst['job']}: the period in which a node stood apart most, "
-                             f"starting at {worst['period_start'] - t0:.0f} s"))  # fmt: skip
+        shown.append(
+            (
+                worst,
+                f"{worst['job']}: the period in which a node stood apart most, "
+                f"starting at {worst['period_start'] - t0:.0f} s",
+            )
+        )
     caption = "<p class='note'>No node stood apart in any period.</p>" if not rows else ""
     named: dict[str, int] = {}  # named on each period's own rows (deviant_nodes, issue #32)
     for r in f.pursuit:
@@ -265,10 +275,16 @@ def bytes_section(f: Folder) -> tuple[bytes, str] | str:
         return "summary.json says nothing about bytes (no summary.json in this folder)."
     stages = f.summary.get("stages") or {}
     rows = [
-        [n, f"{s.get('records_in', 0):,}", f"{s.get('records_out', 0):,}", f"{s.get('bytes_in', 0) / 1e6:.2f}",
-         f"{s.get('bytes_out', 0) / 1e6:.2f}", s.get("dead_letters", 0)]
+        [
+            n,
+            f"{s.get('records_in', 0):,}",
+            f"{s.get('records_out', 0):,}",
+            f"{s.get('bytes_in', 0) / 1e6:.2f}",
+            f"{s.get('bytes_out', 0) / 1e6:.2f}",
+            s.get("dead_letters", 0),
+        ]
         for n, s in (stages.items() if isinstance(stages, dict) else [])
-    ]  # fmt: skip
+    ]
     table = _table(["stage", "records in", "records out", "MB in", "MB out", "dead letters"], rows) if rows else ""
     volume = f.summary.get("bytes")
     if isinstance(volume, dict) and volume.get(

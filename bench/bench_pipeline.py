@@ -12,6 +12,7 @@
    (one process per hop), the machine's ceiling for moving these messages, and the ratio.
 
     python -m bench.bench_pipeline [--samples 200000] [--latency-seconds 40]
+    python -m bench.bench_pipeline --ratio-rounds 2     # only 0., alternated with 1.
 """
 
 from __future__ import annotations
@@ -301,11 +302,39 @@ NOTES = (
 )
 
 
+def ratio(n: int, rounds: int) -> list[dict[str, Any]]:
+    """The bare passthrough and the whole pipeline (one process per stage) alternated ``rounds``
+    times in this session, after a short warm-up run: per round the rates, their ratio and the CPU
+    seconds (``--ratio-rounds``; written to bench/results/pipeline_ratio.json)."""
+    throughput(20_000, processes=True)  # the kernels' cache, compiled outside the timed runs
+    out = []
+    for r in range(rounds):
+        pt = passthrough(n)
+        t = throughput(n, processes=True)
+        row = {
+            "round": r,
+            "samples": n,
+            "passthrough": round(pt["rate"]),
+            "pipeline": round(t["rate"]),
+            "ratio": round(t["rate"] / pt["rate"], 3),
+            "cpu_pipeline": t["cpu"],
+            "cpu_passthrough": pt["cpu"],
+        }
+        print(row, flush=True)
+        out.append(row)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--samples", type=int, default=200_000)
     ap.add_argument("--latency-seconds", type=float, default=40.0)
+    ap.add_argument("--ratio-rounds", type=int, default=0, help="only the pipeline / passthrough ratio, alternated")
     args = ap.parse_args()
+    if args.ratio_rounds:
+        rounds = ratio(args.samples, args.ratio_rounds)
+        write_result("pipeline_ratio", {"benchmark": "Whole pipeline / passthrough, alternated", "rounds": rounds})
+        return
     d = demo_bytes()
     print("demo bytes", d, flush=True)
     pt = passthrough(args.samples)

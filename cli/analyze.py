@@ -12,7 +12,7 @@ from perfsift.analysis.analyze import analyze
 from perfsift.analysis.report import build_report
 from perfsift.cli.ui import counting_progress, fail, out, pipeline_from_flags
 from perfsift.schemas import RecordError
-from perfsift.streams.config import with_options
+from perfsift.streams.presets import with_options
 from rich.table import Table
 
 

@@ -54,7 +54,8 @@ def export_command(
 ) -> None:
     """Serve the pipeline's results to Prometheus: the latest value of every selected metric on
     perf.reduced (perfsift_reduced{job,node,metric}), every forecast with its bounds on
-    perf.forecast (perfsift_forecast, _lower, _upper) and every node's contract level and state on
+    perf.forecast (perfsift_forecast, _lower, _upper, _sigma; the MAE bound perfsift_forecast_mae_forecast,
+    _lower_mae, _upper_mae, _mae) and every node's contract level and state on
     perf.contract, on http://HOST:PORT/metrics. Reads every partition (no consumer group), so one
     target has every series; docs/export.md has the scrape config and a Grafana dashboard. Stops
     cleanly on SIGTERM/Ctrl-C."""

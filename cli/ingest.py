@@ -31,15 +31,22 @@ from perfsift.streams.stage import StageError
 from rich.markup import escape
 
 Format = enum.Enum("Format", {f: f for f in FORMATS}, type=str)  # type: ignore[misc]
-FORMAT_HELP = ("otlp_proto / otlp_json (OpenTelemetry Collector kafka exporter), telegraf_json, influx_line "
-               "(InfluxDB line protocol), ldms_json, prometheus_text (one scrape per message), remote_write "
-               "(Prometheus; POST /api/v1/write on --http-port), collectd_json (write_kafka/write_http JSON), "
-               "graphite (collectd write_graphite), perfsift (samples, passed through)")  # fmt: skip
+FORMAT_HELP = (
+    "otlp_proto / otlp_json (OpenTelemetry Collector kafka exporter), telegraf_json, influx_line "
+    "(InfluxDB line protocol), ldms_json, prometheus_text (one scrape per message), remote_write "
+    "(Prometheus; POST /api/v1/write on --http-port), collectd_json (write_kafka/write_http JSON), "
+    "graphite (collectd write_graphite), perfsift (samples, passed through)"
+)
 MapOpt = Annotated[
     Path | None,
-    typer.Option("--map", help="YAML mapping over the format's defaults: node, job, attributes, quantiles, "
-                 "rates, align, rename, include, exclude (docs/ingest.md).", exists=True, dir_okay=False),
-]  # fmt: skip
+    typer.Option(
+        "--map",
+        help="YAML mapping over the format's defaults: node, job, attributes, quantiles, "
+        "rates, align, rename, include, exclude (docs/ingest.md).",
+        exists=True,
+        dir_okay=False,
+    ),
+]
 
 
 def _settings(fmt: str, map_file: Path | None, max_delay: float) -> IngestSettings:
@@ -89,14 +96,18 @@ def ingest(
     try:
         health = HealthServer(runner, http_port, http_host, post=http_routes(runner)) if http_port else None
     except OSError as exc:
-        raise fail(f"cannot serve /metrics on {http_host}:{http_port}: {exc.strerror or exc}; choose another "
-                   "--http-port (0 turns the endpoints off)") from None  # fmt: skip
+        raise fail(
+            f"cannot serve /metrics on {http_host}:{http_port}: {exc.strerror or exc}; choose another "
+            "--http-port (0 turns the endpoints off)"
+        ) from None
     create_pipeline_topics(cfg, props)
     runner.resolve_guarantee()
     if health is not None:
         health.start()
-    console.print(f"ingest {fmt.value}: {cfg.topic(name)} -> {cfg.topic(output)} ({runner.guarantee}, "
-                  f"group {runner.group_id}, max-delay {max_delay:g} s)")  # fmt: skip
+    console.print(
+        f"ingest {fmt.value}: {cfg.topic(name)} -> {cfg.topic(output)} ({runner.guarantee}, "
+        f"group {runner.group_id}, max-delay {max_delay:g} s)"
+    )
     with stop_on_signals(runner.stop_event):
         try:
             stats = runner.run(idle_exit)
@@ -142,5 +153,8 @@ def convert_command(
     what = src[0] if len(src) == 1 else f"{len(src)} files"
     if not res["samples"]:
         raise fail(f"{what}: no sample ({res['records']} records, {res['problems']} problems)")
-    out.print(f"{output}: {res['samples']} samples of {res['metrics']} metrics from {res['records']} records "
-              f"({res['points']} points, {res['problems']} problems)", soft_wrap=True)  # fmt: skip
+    out.print(
+        f"{output}: {res['samples']} samples of {res['metrics']} metrics from {res['records']} records "
+        f"({res['points']} points, {res['problems']} problems)",
+        soft_wrap=True,
+    )

@@ -256,8 +256,9 @@ def tail(
     template = "%s\\n" if as_json and fmt is None else fmt
     stop = threading.Event()
     n = 0
-    messages = read_topic(props, topic, partition, at, key.encode() if key is not None else None, group,
-                          exit_at_end, idle, stop)  # fmt: skip
+    messages = read_topic(
+        props, topic, partition, at, key.encode() if key is not None else None, group, exit_at_end, idle, stop
+    )
     try:
         with stop_on_signals(stop):
             for m in messages:

@@ -148,8 +148,9 @@ class LocalRun:
             self.published, self.errors = rstats.published, rstats.errors
         elif trace is not None:
             samples = number_samples(iter_samples(trace, on_error=self.errors.append))
-            self.published = publish_samples(self.props, raw, samples, console=console, label=f"replaying {trace.name}",
-                                             pipeline=self.cfg)  # fmt: skip
+            self.published = publish_samples(
+                self.props, raw, samples, console=console, label=f"replaying {trace.name}", pipeline=self.cfg
+            )
         self._expected = expected_inputs(self.cfg, self.runners, self.published)
 
     def elapsed(self) -> float:

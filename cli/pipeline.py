@@ -12,6 +12,7 @@ from typing import Annotated, Any
 
 import orjson
 import typer
+from confluent_kafka import KafkaException
 from perfsift.cli.live import LiveReport
 from perfsift.cli.local import DEFAULT_REPORT, LocalRun
 from perfsift.cli.ui import (
@@ -27,17 +28,24 @@ from perfsift.cli.ui import (
     stop_on_signals,
 )
 from perfsift.producers import demo_trace_path
+from perfsift.streams.access import AccessError, check_access, refused
 from perfsift.streams.broker import BrokerError, bootstrap_or_embedded
 from perfsift.streams.clients import create_pipeline_topics, kafka_properties, parse_props
-from perfsift.streams.config import ConfigError, load_pipeline, parse_settings, with_demo, with_options
+from perfsift.streams.config import ConfigError, load_pipeline, parse_settings
 from perfsift.streams.http import HealthServer
 from perfsift.streams.ingest_stage import http_routes, stage_runner
 from perfsift.streams.logs import LogFormat, current_logging
+from perfsift.streams.presets import with_demo, with_options
 from perfsift.streams.stage import StageError
 from perfsift.streams.volume import bytes_table
 from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
+
+#: trace seconds per wall second of the bundled demo's replay in ``perfsift run`` without --speed
+#: (its 600 s in 15 s): paced like live producers, so that the node stage keeps up with every
+#: partition and pursuit sees every node of each period
+DEMO_SPEED = 40.0
 
 
 def worker(
@@ -59,6 +67,15 @@ def worker(
     idle_exit: Annotated[
         float | None, typer.Option("--idle-exit", help="Drain and exit after this many seconds without input.")
     ] = None,
+    instance: Annotated[
+        str | None,
+        typer.Option(
+            envvar="PERFSIFT_INSTANCE",
+            help="A name of this worker that stays across its restarts and no other worker of the stage has "
+            "(a pod's name): its exactly-once transactional id, so a restart fences the killed worker's open "
+            "transaction at once instead of after transaction.timeout.ms. Default: random per start.",
+        ),
+    ] = None,
 ) -> None:
     """Run one stage of the pipeline until SIGTERM/Ctrl-C (drains, commits, exits 0)."""
     cfg = pipeline_from_flags(config, settings)
@@ -68,7 +85,7 @@ def worker(
     if not bootstrap:
         raise fail("worker needs --bootstrap (or PERFSIFT_BOOTSTRAP); `perfsift run` runs everything embedded")
     props = kafka_properties(bootstrap, parse_props(kafka_prop), file=cfg.kafka)
-    runner = stage_runner(st, cfg, props)
+    runner = stage_runner(st, cfg, props, instance=instance)
     try:  # bound before Kafka is asked anything: a local mistake fails at once
         health = HealthServer(runner, http_port, http_host, post=http_routes(runner)) if http_port else None
     except OSError as exc:
@@ -76,8 +93,16 @@ def worker(
             f"cannot serve /healthz and /metrics on {http_host}:{http_port}: {exc.strerror or exc}; "
             "choose another --http-port (0 turns the endpoints off)"
         ) from None
-    if create_topics:
-        create_pipeline_topics(cfg, props)
+    try:  # refused credentials, a wrong protocol, missing ACLs: one line, nothing written
+        check_access(props)
+        if create_topics:
+            create_pipeline_topics(cfg, props)
+    except AccessError as exc:
+        raise fail(str(exc), 1) from None
+    except KafkaException as exc:
+        if (line := refused(exc, props, "creating the pipeline's topics")) is None:
+            raise
+        raise fail(line, 1) from None
     runner.resolve_guarantee()
     if health is not None:
         health.start()
@@ -167,7 +192,10 @@ def run(
     no_report: Annotated[bool, typer.Option("--no-report", help="Write no report folder.")] = False,
     speed: Annotated[
         float | None,
-        typer.Option(help="Replay at this many trace seconds per second (default: as fast as possible)."),
+        typer.Option(
+            help="Replay at this many trace seconds per second (default: as fast as possible; the bundled "
+            f"demo: {DEMO_SPEED:g}); 0: as fast as possible."
+        ),
     ] = None,
     settings: SetOpt = None,
     processes: Annotated[
@@ -253,6 +281,12 @@ def run(
     if trace is None and not follow and config is None and contract is None and not perf_metric:
         cfg = with_demo(cfg)  # the bundled demo: its contract, model and data reduction on iter_time
     trace_path = trace or (None if follow else demo_trace_path())
+    if trace is None and not follow and speed is None:
+        # The bundled demo replays paced, as live producers publish: as fast as possible, the
+        # replay outruns the node stage, which then reads one perf.raw partition's whole backlog
+        # before the next, and pursuit's periods close by `slack` with one partition's nodes
+        # (docs/pursuit.md, "In the pipeline"). --speed 0: as fast as possible.
+        speed = DEMO_SPEED
     if adaptive and trace_path is None:
         raise fail("--adaptive makes the replay follow perf.control: give --trace with --follow")
     stop = threading.Event()
@@ -399,6 +433,12 @@ def _selections(jobs: dict[str, dict[str, Any]]) -> str | None:
             parts.append(f"keeps {kept} (selection v{j['selection_version']}); {share:.0%} of the values sent")
         if j.get("nodes_apart"):  # reduce's pursuit named nodes as standing apart (#32)
             parts.append("nodes apart: " + nodes_apart(j["nodes_apart"]))
+        seen, fewest = j.get("nodes_seen"), j.get("fewest_nodes")
+        if seen is not None and fewest is not None and fewest < seen:  # the selection missed nodes
+            parts.append(
+                f"pursuit analysed only {fewest} of {seen} nodes in some periods (the others' samples came "
+                "after those periods closed: replay with --speed, or perfsift analyze)"
+            )
         if "contract_nodes" in j:
             states = j["contract_nodes"]
             bad = sorted(n for n, s in states.items() if s == "violated")

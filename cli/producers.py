@@ -60,7 +60,7 @@ def replay_command(
     config: ConfigOpt = None,
 ) -> None:
     """Replay a trace into perf.raw keyed by node, seq numbered per (job, node), with the trace's
-    own timing scaled by --speed (event time stays the trace's)."""  # fmt: skip
+    own timing scaled by --speed (event time stays the trace's)."""
     if fmt is not None and fmt not in FORMATS:
         raise fail(f"--format must be one of {', '.join(FORMATS)}")
     if speed <= 0:
@@ -137,7 +137,7 @@ def sample_command(
     config: ConfigOpt = None,
 ) -> None:
     """Sample this machine every interval and publish rates: Vetter & Reed's Table 1 metrics,
-    memory and paging, and hardware counters where the kernel allows."""  # fmt: skip
+    memory and paging, and hardware counters where the kernel allows."""
     step = parse_duration(interval)
     until = time.monotonic() + parse_duration(duration) if duration else float("inf")
     sampler = HostSampler(node=node, job=job, perf=perf, pid=pid)
@@ -212,17 +212,24 @@ def synth_command(
     truth: Annotated[Path | None, typer.Option(help="Ground truth JSON (default: OUT with .truth.json).")] = None,
 ) -> None:
     """Write a synthetic trace with known structure and its ground truth (which metrics are
-    interesting, redundant, predictive, constant; where anomalies were put)."""  # fmt: skip
+    interesting, redundant, predictive, constant; where anomalies were put)."""
     try:
         fmt = TraceWriter.format_of(out_file)
         if scenario in synthetic.SPMD_SCENARIOS:
-            samples, gt = synthetic.spmd(scenario, nodes=nodes, metrics=metrics, duration=duration, seed=seed,
-                                         outliers=outliers, missing=missing)  # fmt: skip
+            samples, gt = synthetic.spmd(
+                scenario, nodes=nodes, metrics=metrics, duration=duration, seed=seed, outliers=outliers, missing=missing
+            )
         elif scenario == "master-worker":
             slow = _node_range(fewer_flops) if fewer_flops else ()
-            samples, gt = synthetic.master_worker(nodes=nodes, duration=duration, seed=seed, fewer_flops=slow,
-                                                  load_node=load_node, load_start=duration / 3,
-                                                  load_end=2 * duration / 3)  # fmt: skip
+            samples, gt = synthetic.master_worker(
+                nodes=nodes,
+                duration=duration,
+                seed=seed,
+                fewer_flops=slow,
+                load_node=load_node,
+                load_start=duration / 3,
+                load_end=2 * duration / 3,
+            )
         elif scenario == "gridftp":
             samples, gt = synthetic.gridftp(duration=duration, seed=seed, missing=missing)
         elif scenario == "sor":

@@ -107,8 +107,10 @@ def scrape_command(
     try:
         require_topic(props, out_topic)
     except ValueError as exc:
-        raise fail(f"{exc}; `perfsift topics -b {bootstrap}` creates the pipeline's topics (perf.raw), `perfsift "
-                   f"ingest --topic {out_topic} ...` its input topic") from None  # fmt: skip
+        raise fail(
+            f"{exc}; `perfsift topics -b {bootstrap}` creates the pipeline's topics (perf.raw), `perfsift "
+            f"ingest --topic {out_topic} ...` its input topic"
+        ) from None
     if samples:
         emit, pub = _raw_emitter(props, out_topic, map_file, cfg)
         producer = pub.producer
@@ -122,8 +124,10 @@ def scrape_command(
             producer.poll(0)
 
     scraper = Scraper(parsed, every, limit, emit, rounds=rounds)
-    console.print(f"scraping {len(parsed)} targets every {every:g} s into {out_topic}"
-                  f"{' as samples' if samples else ''}; Ctrl-C stops")  # fmt: skip
+    console.print(
+        f"scraping {len(parsed)} targets every {every:g} s into {out_topic}"
+        f"{' as samples' if samples else ''}; Ctrl-C stops"
+    )
     started = time.monotonic()
     with stop_on_signals(scraper.stop):
         scraper.run()

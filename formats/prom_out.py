@@ -1,4 +1,4 @@
-"""Prometheus out: the latest reduced values, forecasts (with their ±2σ bounds) and contract levels
+"""Prometheus out: the latest reduced values, forecasts (with their ±2σ and MAE bounds) and contract levels
 of the pipeline's output records, as Prometheus series, broker-free.
 
 :class:`LatestValues` keeps, per series, the last value seen, the time the record describes (its
@@ -15,6 +15,10 @@ family                                   labels                 from
 ``perfsift_forecast``                    job, node, metric      perf.forecast: forecast
 ``perfsift_forecast_lower``/``_upper``   job, node, metric      perf.forecast: forecast ∓ 2σ
 ``perfsift_forecast_sigma``              job, node, metric      perf.forecast: σ
+``perfsift_forecast_mae_forecast``       job, node, metric      perf.forecast: mae_forecast
+``perfsift_forecast_lower_mae``          job, node, metric      perf.forecast: mae_forecast - 2·sqrt(π/2)·mae
+``perfsift_forecast_upper_mae``          job, node, metric      perf.forecast: mae_forecast + 2·sqrt(π/2)·mae
+``perfsift_forecast_mae``                job, node, metric      perf.forecast: mae (realised MAE)
 ``perfsift_contract_violation``          job, node              perf.contract: level in [0, 1]
 ``perfsift_contract_violation_smoothed`` job, node              perf.contract: its EWMA
 ``perfsift_contract_space_violation``    job, node, space       perf.contract: per space
@@ -45,6 +49,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+from perfsift.schemas.forecast_wire import complete_forecast
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -60,6 +65,13 @@ FAMILIES: dict[str, tuple[str, tuple[str, ...]]] = {
     "perfsift_forecast_lower": ("forecast - 2 sigma", ("job", "node", "metric")),
     "perfsift_forecast_upper": ("forecast + 2 sigma", ("job", "node", "metric")),
     "perfsift_forecast_sigma": ("sqrt of the realised MSE of the forecasts so far", ("job", "node", "metric")),
+    "perfsift_forecast_mae_forecast": (
+        "latest forecast of the selector with the lowest cumulative absolute error",
+        ("job", "node", "metric"),
+    ),
+    "perfsift_forecast_lower_mae": ("mae_forecast - 2 sqrt(pi/2) mae", ("job", "node", "metric")),
+    "perfsift_forecast_upper_mae": ("mae_forecast + 2 sqrt(pi/2) mae", ("job", "node", "metric")),
+    "perfsift_forecast_mae": ("realised mean absolute error of the MAE forecasts so far", ("job", "node", "metric")),
     "perfsift_contract_violation": ("overall contract violation level in [0, 1] on perf.contract", ("job", "node")),
     "perfsift_contract_violation_smoothed": ("EWMA of the contract violation level", ("job", "node")),
     "perfsift_contract_space_violation": ("violation level of one contract space", ("job", "node", "space")),
@@ -76,6 +88,10 @@ _FORECAST_FIELDS = (
     ("lower", "perfsift_forecast_lower"),
     ("upper", "perfsift_forecast_upper"),
     ("sigma", "perfsift_forecast_sigma"),
+    ("mae_forecast", "perfsift_forecast_mae_forecast"),
+    ("lower_mae", "perfsift_forecast_lower_mae"),
+    ("upper_mae", "perfsift_forecast_upper_mae"),
+    ("mae", "perfsift_forecast_mae"),
 )
 
 #: one series: [value, the record's ts, monotonic time of arrival]
@@ -163,6 +179,7 @@ class LatestValues(Collector):
 
     def _forecast(self, rec: dict[str, Any], now: float) -> None:
         key, ts = (rec.get("job") or "default", rec["node"], rec["metric"]), float(rec["ts"])
+        rec = complete_forecast(dict(rec))  # a record as written lacks its bounds (schemas/forecast_wire.py)
         for field, family in _FORECAST_FIELDS:
             v = rec.get(field)
             if v is not None:

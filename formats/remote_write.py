@@ -48,12 +48,23 @@ def _file() -> descriptor_pb2.FileDescriptorProto:
     opt, rep = _T.LABEL_OPTIONAL, _T.LABEL_REPEATED
     msg("Label", ("name", 1, _T.TYPE_STRING, opt, ""), ("value", 2, _T.TYPE_STRING, opt, ""))
     msg("Sample", ("value", 1, _T.TYPE_DOUBLE, opt, ""), ("timestamp", 2, _T.TYPE_INT64, opt, ""))
-    msg("TimeSeries", ("labels", 1, _T.TYPE_MESSAGE, rep, ".prometheus.Label"),
-        ("samples", 2, _T.TYPE_MESSAGE, rep, ".prometheus.Sample"))  # fmt: skip
-    msg("MetricMetadata", ("type", 1, _T.TYPE_INT32, opt, ""), ("metric_family_name", 2, _T.TYPE_STRING, opt, ""),
-        ("help", 4, _T.TYPE_STRING, opt, ""), ("unit", 5, _T.TYPE_STRING, opt, ""))  # fmt: skip
-    msg("WriteRequest", ("timeseries", 1, _T.TYPE_MESSAGE, rep, ".prometheus.TimeSeries"),
-        ("metadata", 3, _T.TYPE_MESSAGE, rep, ".prometheus.MetricMetadata"))  # fmt: skip
+    msg(
+        "TimeSeries",
+        ("labels", 1, _T.TYPE_MESSAGE, rep, ".prometheus.Label"),
+        ("samples", 2, _T.TYPE_MESSAGE, rep, ".prometheus.Sample"),
+    )
+    msg(
+        "MetricMetadata",
+        ("type", 1, _T.TYPE_INT32, opt, ""),
+        ("metric_family_name", 2, _T.TYPE_STRING, opt, ""),
+        ("help", 4, _T.TYPE_STRING, opt, ""),
+        ("unit", 5, _T.TYPE_STRING, opt, ""),
+    )
+    msg(
+        "WriteRequest",
+        ("timeseries", 1, _T.TYPE_MESSAGE, rep, ".prometheus.TimeSeries"),
+        ("metadata", 3, _T.TYPE_MESSAGE, rep, ".prometheus.MetricMetadata"),
+    )
     return f
 
 
@@ -124,8 +135,11 @@ def remote_write_decoder(asm: Assembler) -> Decoder:
         name = d.get("__name__", "")
         node = next((host_of(d[k]) if k == "instance" else d[k] for k in m.node if d.get(k)), None)
         job = d.get(m.job) if m.job else None
-        own = [(k, v) for k, v in labels if k not in drop and (m.attributes is None or k in m.attributes
-                                                                 or k in ("quantile", "le"))]  # fmt: skip
+        own = [
+            (k, v)
+            for k, v in labels
+            if k not in drop and (m.attributes is None or k in m.attributes or k in ("quantile", "le"))
+        ]
         if name.endswith("_bucket") and "le" in d:
             base = name[: -len("_bucket")]
             return BUCKET, series_name(base, [(k, v) for k, v in own if k != "le"]), node, job, "", float(d["le"])
@@ -196,8 +210,9 @@ class RemoteWriteReceiver:
     docstring). ``produce(topic, value, key)`` and ``flush(timeout) -> messages left`` come from
     a Kafka producer of its own (not the stage's: that one may be transactional)."""
 
-    def __init__(self, producer: Any, topic: str, node_labels: tuple[str, ...] = ("instance",),
-                 timeout_s: float = 10.0) -> None:  # fmt: skip
+    def __init__(
+        self, producer: Any, topic: str, node_labels: tuple[str, ...] = ("instance",), timeout_s: float = 10.0
+    ) -> None:
         self.producer = producer
         self.topic = topic
         self.node_labels = node_labels

@@ -310,9 +310,17 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
     for r in records:
         s = out.setdefault(
             f"{r['output']}@{r['node']}",
-            {"output": r["output"], "node": r["node"], "predictions": 0, "observed": 0, "covered": 0,
-             "abs_z": 0.0, "violated": 0, "methods": {}},
-        )  # fmt: skip
+            {
+                "output": r["output"],
+                "node": r["node"],
+                "predictions": 0,
+                "observed": 0,
+                "covered": 0,
+                "abs_z": 0.0,
+                "violated": 0,
+                "methods": {},
+            },
+        )
         s["predictions"] += 1
         s["methods"][r["method"]] = s["methods"].get(r["method"], 0) + 1
         if r["observed"] is not None:

@@ -49,6 +49,7 @@ class _JobSelection:
         self.values_in = 0
         self.values_out = 0
         self.named: dict[str, int] = {}  # node -> pursuit periods that named it (deviant_nodes)
+        self.fewest: int | None = None  # fewest nodes an analysed pursuit period had (None: none yet)
 
 
 class Reduce(Router):
@@ -172,6 +173,10 @@ class Reduce(Router):
                 named = self.jobs_.setdefault(rec["job"], _JobSelection()).named
                 for node in {d["node"] for d in rec.get("deviant_nodes") or ()}:
                     named[node] = named.get(node, 0) + 1
+                if not rec.get("skipped"):
+                    js = self.jobs_[rec["job"]]
+                    n = int(rec["diagnostics"]["nodes"])
+                    js.fewest = n if js.fewest is None else min(js.fewest, n)
             self._apply(rec, out)
 
     def _open_period(self, job: str) -> int | None:
@@ -283,14 +288,28 @@ class Reduce(Router):
             "full": np.full(len(rows), full),
         }
         reduced = rows.with_values(rows.values[:, cols], [rows.metrics[j] for j in cols])
-        return [Batch(reduced.ts, reduced.node_idx, reduced.values, reduced.metrics, reduced.nodes, reduced.job_idx,
-                      reduced.jobs, reduced.seq, extra)]  # fmt: skip
+        return [
+            Batch(
+                reduced.ts,
+                reduced.node_idx,
+                reduced.values,
+                reduced.metrics,
+                reduced.nodes,
+                reduced.job_idx,
+                reduced.jobs,
+                reduced.seq,
+                extra,
+            )
+        ]
 
     # -- reporting --------------------------------------------------------------------------------
     def summary(self) -> dict[str, dict[str, Any]]:
         """Per job: samples, metric values in and out, their ratio, the kept metrics and version,
         and ``nodes_apart``: the nodes pursuit named as standing apart and in how many periods, most
-        often first (a node is counted once per period)."""
+        often first (a node is counted once per period); ``nodes_seen``, the job's nodes pursuit has
+        seen, and ``fewest_nodes``, the fewest of them an analysed period had (fewer: some nodes'
+        samples came after their periods closed, e.g. a replay that outran the node stage, which then
+        read one upstream partition's whole backlog before the next)."""
         out = {}
         # a copy first: live views call this from another thread while update() may add a job
         for job, st in list(self.jobs_.items()):
@@ -303,8 +322,14 @@ class Reduce(Router):
                 "kept": st.kept,
                 "selection_version": st.version,
                 "nodes_apart": dict(sorted(st.named.items(), key=lambda kv: (-kv[1], kv[0]))),
+                "nodes_seen": self._nodes_seen(job),
+                "fewest_nodes": st.fewest,
             }
         return out
+
+    def _nodes_seen(self, job: str) -> int | None:
+        pst = self.pp_.jobs_.get(job) if self.pp_ is not None else None
+        return None if pst is None else len(pst.nodes)
 
     # -- snapshots -----------------------------------------------------------------------------------
     def _state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
@@ -329,6 +354,7 @@ class Reduce(Router):
                 "history": st.history,
                 "counts": [st.samples, st.values_in, st.values_out],
                 "named": st.named,
+                "fewest": st.fewest,
             }
             for job, st in self.jobs_.items()
         }
@@ -347,9 +373,18 @@ class Reduce(Router):
             st.history = [(int(p), list(k), int(v)) for p, k, v in j["history"]]
             st.samples, st.values_in, st.values_out = j["counts"]
             st.named = {str(n): int(c) for n, c in j["named"].items()}
+            st.fewest = j.get("fewest")  # absent in snapshots before the count existed
             self.jobs_[job] = st
         for i, held in enumerate(meta.get("pending", [])):
             cols = {c: arrays[f"pending{i}_{c}"].copy() for c in ("ts", "node_idx", "job_idx", "seq", "values")}
-            b = Batch(cols["ts"], cols["node_idx"], cols["values"], tuple(held["metrics"]), tuple(held["nodes"]),
-                      cols["job_idx"], tuple(held["jobs"]), cols["seq"])  # fmt: skip
+            b = Batch(
+                cols["ts"],
+                cols["node_idx"],
+                cols["values"],
+                tuple(held["metrics"]),
+                tuple(held["nodes"]),
+                cols["job_idx"],
+                tuple(held["jobs"]),
+                cols["seq"],
+            )
             self.jobs_[held["job"]].pending.append(b)

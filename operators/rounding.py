@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 #: significant digits of the numbers on perf.forecast: far finer than any forecast's σ, and without
@@ -26,6 +28,25 @@ def round_sig(x: np.ndarray, digits: int = FORECAST_DIGITS) -> np.ndarray:
         p = 10.0 ** np.abs(k)
         rounded = np.where(up, np.round(x * p) / p, np.round(x / p) * p)
     return np.where(ok & np.isfinite(rounded), rounded, x)
+
+
+def round_sig_one(x: float, digits: int = FORECAST_DIGITS) -> float:
+    """:func:`round_sig` of one float, in plain Python (the same operations, so the same double: a
+    reader that derives a forecast's bounds record by record gets the writer's bits, tested on
+    values across the whole double range), about fifty times faster than a one-element array.
+
+    >>> round_sig_one(51.518299999999996, 6), round_sig_one(-0.000123456789012, 6), round_sig_one(0.0)
+    (51.5183, -0.000123457, 0.0)
+    """
+    if x != x or x == 0 or math.isinf(x):
+        return x
+    k = digits - 1 - math.floor(math.log10(abs(x)))
+    try:
+        p = 10.0 ** abs(k)
+        rounded = round(x * p) / p if k >= 0 else round(x / p) * p
+    except (OverflowError, ValueError):  # numpy's inf or nan there: the value is kept
+        return x
+    return rounded if math.isfinite(rounded) else x
 
 
 def forecast_bounds(

@@ -10,6 +10,7 @@ from typing import Any
 
 import fastavro
 import orjson
+from perfsift.schemas.forecast_wire import complete_forecast, forecast_on_wire
 from perfsift.schemas.records import RecordError, load_schema, validate_sample
 from perfsift.schemas.registry import ConfluentAvroCodec, write_avro
 
@@ -25,7 +26,7 @@ class JsonCodec:
         self.schema = schema
 
     def encode(self, record: dict[str, Any]) -> bytes:
-        return orjson.dumps(record)
+        return orjson.dumps(forecast_on_wire(record) if self.schema == "forecast" else record)
 
     def decode(self, data: bytes, where: str = "") -> dict[str, Any]:
         try:
@@ -36,7 +37,7 @@ class JsonCodec:
             return validate_sample(obj, where)
         if type(obj) is not dict:
             raise RecordError(f"a {self.schema} record must be a JSON object", where)
-        return obj
+        return complete_forecast(obj) if self.schema == "forecast" else obj
 
 
 def single_object_header(parsed: Any) -> bytes:
@@ -76,7 +77,7 @@ class AvroCodec:
             raise RecordError("Avro record did not decode to a record", where)
         if self.schema == "sample":
             return validate_sample(rec, where)
-        return rec
+        return complete_forecast(rec) if self.schema == "forecast" else rec
 
 
 def codec_for(name: str, schema: str = "sample") -> JsonCodec | AvroCodec | ConfluentAvroCodec:

@@ -29,6 +29,7 @@ from typing import Any
 import fastavro
 import orjson
 from perfsift.schemas.codecs import single_object_header
+from perfsift.schemas.forecast_wire import complete_forecast, is_forecast
 from perfsift.schemas.frames import decode_frame, is_frame
 from perfsift.schemas.records import SCHEMA_NAMES, RecordError, load_schema
 from perfsift.schemas.registry import HEADER_BYTES, MAGIC, SchemaRegistry, current_registry, schema_id_of
@@ -68,9 +69,10 @@ def _avro(data: bytes) -> Any:
     if kind is None:
         raise RecordError(f"Avro single-object record of an unknown schema (fingerprint {data[2:10].hex()})")
     try:
-        return fastavro.schemaless_reader(io.BytesIO(data[10:]), load_schema(kind), None)
+        rec = fastavro.schemaless_reader(io.BytesIO(data[10:]), load_schema(kind), None)
     except (ValueError, EOFError, IndexError, UnicodeDecodeError, TypeError) as exc:
         raise RecordError(f"truncated or corrupt Avro record: {exc!r}") from None
+    return rec
 
 
 def _registry_avro(data: bytes, registry: SchemaRegistry | None) -> Any:
@@ -108,6 +110,13 @@ def decode_any(data: bytes | None, registry: SchemaRegistry | None = None) -> De
     for name, matches, decode in _PLUGINS:
         if matches(data):
             return Decoded(decode(data), name)
+    decoded = _decode_builtin(data, registry)
+    if is_forecast(decoded.record):  # its bounds are not on the wire (schemas/forecast_wire.py)
+        complete_forecast(decoded.record)
+    return decoded
+
+
+def _decode_builtin(data: bytes, registry: SchemaRegistry | None) -> Decoded:
     if is_frame(data):
         from perfsift.schemas.batches import batch_to_samples
 

@@ -10,9 +10,10 @@ from typing import Any
 import numpy as np
 import orjson
 from perfsift.operators.batch import Batch
-from perfsift.operators.rounding import MAE_SIGMA, forecast_bounds
+from perfsift.operators.rounding import round_sig
 from perfsift.schemas.batches import batch_to_samples
 from perfsift.schemas.codecs import codec_for
+from perfsift.schemas.forecast_wire import forecast_on_wire
 
 
 def encode_batch(batch: Batch, codec: str = "json", schema: str = "sample") -> list[bytes]:
@@ -69,15 +70,17 @@ def json_cells(arr: np.ndarray) -> list[bytes]:
 
 def encode_forecasts(out: Batch, methods: Sequence[str]) -> tuple[list[bytes], list[bytes]]:
     """perf.forecast records in JSON, column-wise, and their keys (node): the bytes that
-    ``orjson.dumps`` gives for ``forecast_records(out)``, without a dict per record.
+    ``orjson.dumps`` gives for ``forecast_on_wire(r)`` of each ``r`` in ``forecast_records(out)``,
+    without a dict per record. The bounds are not written, nor ``mae_forecast`` where it equals
+    the forecast: readers derive them (:mod:`~perfsift.schemas.forecast_wire`).
 
     ``out`` is a forecaster's batch (values = forecasts, NaN where none; extra ``sigma``,
     ``method`` - codes into ``methods`` - and ``mae_forecast``, ``mae``)."""
     rows, cols = np.nonzero(~np.isnan(out.values))
     if not len(rows):
         return [], []
-    f, s, lower, upper = forecast_bounds(out.values[rows, cols], out.extra["sigma"][rows, cols])
-    mae_bounds = forecast_bounds(out.extra["mae_forecast"][rows, cols], out.extra["mae"][rows, cols], MAE_SIGMA)
+    f, s = round_sig(out.values[rows, cols]), round_sig(out.extra["sigma"][rows, cols])
+    f_mae, mae = round_sig(out.extra["mae_forecast"][rows, cols]), round_sig(out.extra["mae"][rows, cols])
     node_json = [orjson.dumps(n) for n in out.nodes]
     job_json = [orjson.dumps(j) for j in out.jobs]
     metric_json = [orjson.dumps(m) for m in out.metrics]
@@ -90,22 +93,25 @@ def encode_forecasts(out: Batch, methods: Sequence[str]) -> tuple[list[bytes], l
         [metric_json[j] for j in cols.tolist()],
         json_cells(f),
         json_cells(s),
-        json_cells(lower),
-        json_cells(upper),
         [method_json[m] for m in out.extra["method"][rows, cols].astype(np.int64).tolist()],
-        *(json_cells(c) for c in mae_bounds),
+        # mae_forecast only where it differs from the forecast (readers take the forecast where it is absent)
+        [
+            b"" if same else b',"mae_forecast":' + c
+            for same, c in zip((f_mae == f).tolist(), json_cells(f_mae), strict=True)
+        ],
+        json_cells(mae),
     ]
-    template = (
-        b'{"ts":%s,"node":%s,"job":%s,"metric":%s,"forecast":%s,"sigma":%s,"lower":%s,"upper":%s,"method":%s,'
-        b'"mae_forecast":%s,"mae":%s,"lower_mae":%s,"upper_mae":%s}'
-    )
+    template = b'{"ts":%s,"node":%s,"job":%s,"metric":%s,"forecast":%s,"sigma":%s,"method":%s%s,"mae":%s}'
     node_keys = [n.encode() for n in out.nodes]
     return [template % r for r in zip(*columns, strict=True)], [node_keys[i] for i in node_codes]
 
 
 def encode_records(records: Iterable[dict[str, Any]], codec: str = "json", schema: str = "sample") -> list[bytes]:
-    """Encode records of any schema (JSON: orjson, NaN as null; Avro: single-object encoding)."""
+    """Encode records of any schema (JSON: orjson, NaN as null; Avro: single-object encoding).
+    Forecast records go out without what readers derive (:mod:`~perfsift.schemas.forecast_wire`)."""
     if codec == "json":
+        if schema == "forecast":
+            return [orjson.dumps(forecast_on_wire(r)) for r in records]
         return [orjson.dumps(r) for r in records]
     c = codec_for(codec, schema)
     return [c.encode(r) for r in records]

@@ -28,6 +28,7 @@ from typing import Any
 
 import fastavro
 from fastavro.read import SchemaResolutionError
+from perfsift.schemas.forecast_wire import complete_forecast, forecast_on_wire
 from perfsift.schemas.records import SCHEMA_NAMES, RecordError, load_schema, validate_sample
 
 MAGIC = 0
@@ -229,7 +230,7 @@ class ConfluentAvroCodec:
             raise RecordError("Avro record did not decode to a record", where)
         if self.schema == "sample":
             return validate_sample(rec, where)
-        return rec
+        return complete_forecast(rec) if self.schema == "forecast" else rec
 
 
 def write_avro(header: bytes, parsed: Any, schema: str, record: dict[str, Any]) -> bytes:
@@ -237,6 +238,8 @@ def write_avro(header: bytes, parsed: Any, schema: str, record: dict[str, Any]) 
     the body of both Avro codecs, which differ only in their header."""
     buf = io.BytesIO()
     buf.write(header)
+    if schema == "forecast":  # the bounds go out as null: readers derive them (schemas/forecast_wire.py)
+        record = forecast_on_wire(record)
     try:
         fastavro.schemaless_writer(buf, parsed, without_nan(record))
     except (ValueError, TypeError, KeyError) as exc:

@@ -29,15 +29,21 @@ can overshoot it by that disagreement).
 
 from __future__ import annotations
 
+import contextlib
 import math
+import time
 from collections.abc import Callable, Sequence
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 import numpy.typing as npt
+from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
+from perfsift.operators.batch import Batch
 
 T = TypeVar("T")
 TP = tuple[str, int]  # (topic, partition)
+#: a sample decoder: (values, place) -> (batch, input position per row, errors)
+Decoder = Callable[[Sequence[bytes | None], Callable[[int], str]], tuple[Batch, list[int], Any]]
 
 #: how long a partition that delivers neither data nor its end (newly assigned, resumed) holds the others
 IDLE_S = 1.0
@@ -197,3 +203,64 @@ def event_times(values: Sequence[bytes | None], encoding: str) -> npt.NDArray[np
     if len(batch):
         np.maximum.at(out, np.asarray(kept, dtype=np.intp), batch.ts)
     return out
+
+
+# -- the runner's side: its consumer and its decoder -----------------------------------------------
+def pace(consumer: Consumer | None, aligner: Aligner[Any], now: float) -> None:
+    """Pause the input partitions that run ahead in event time, resume those caught up."""
+    pause, resume = aligner.changes(now)
+    if consumer is not None and (pause or resume):
+        consumer.pause([TopicPartition(t, p) for t, p in pause])
+        consumer.resume([TopicPartition(t, p) for t, p in resume])
+
+
+def forget(consumer: Consumer | None, aligner: Aligner[Any], partitions: Sequence[TopicPartition]) -> None:
+    """Partitions going away (revoked, lost, rewound): their held messages go (they are after the
+    committed offset), and those the aligner paused are resumed."""
+    paused = aligner.revoke([(tp.topic, tp.partition) for tp in partitions])
+    if consumer is not None and paused:
+        with contextlib.suppress(KafkaException):
+            consumer.resume([TopicPartition(t, p) for t, p in paused])
+
+
+def timed(decode: Decoder, aligner: Aligner[Any], tp: TP) -> Decoder:
+    """``decode`` telling ``aligner`` the newest event time of each batch of ``tp`` it decodes."""
+    if not aligner.enabled:
+        return decode
+
+    def decode_timed(values: Sequence[bytes | None], place: Callable[[int], str]) -> tuple[Batch, list[int], Any]:
+        batch, kept, errors = decode(values, place)
+        if len(batch):
+            aligner.seen(tp, float(batch.ts.max()))
+        return batch, kept, errors
+
+    return decode_timed
+
+
+def with_end_events(settings: tuple[dict[str, Any], dict[str, Any]], aligner: Aligner[Any]) -> tuple[dict, dict]:
+    """The (consumer, producer) settings with PARTITION_EOF events when ``aligner`` is on (a
+    partition at its end must not hold the others back)."""
+    if aligner.enabled:
+        settings[0]["enable.partition.eof"] = True
+    return settings
+
+
+def in_order(aligner: Aligner[T], by_part: dict[TP, list[T]], ends: list[TP], now: float) -> list[tuple[TP, list[T]]]:
+    """One consume batch's messages per partition (and its PARTITION_EOF events): what to process
+    now, partition by partition; the partitions ahead in event time are held."""
+    routed = [(tp, aligner.route(tp, ms, now)) for tp, ms in by_part.items()]
+    for tp in ends:
+        aligner.at_end(tp)
+    return [(tp, ms) for tp, ms in [*routed, *aligner.release(now)] if ms]
+
+
+def restart(consumer: Consumer | None, aligner: Aligner[Any], tps: Sequence[TP]) -> None:
+    """The partitions go back to their last commit (an aborted transaction): what ``aligner`` held
+    goes and it starts afresh."""
+    forget(consumer, aligner, [TopicPartition(t, p) for t, p in tps])
+    aligner.assign(tps, time.monotonic())
+
+
+def stage_aligner(skew: float, encoding: str) -> Aligner[Message]:
+    """The aligner of a stage whose input messages are samples in ``encoding`` (or column frames)."""
+    return Aligner(skew, lambda ms: event_times([m.value() for m in ms], encoding))

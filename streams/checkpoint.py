@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Producer, TopicPartition
 from perfsift.operators import SnapshotError
 from perfsift.streams.clients import consumer_settings, where
 from perfsift.streams.limits import Guard
@@ -287,8 +287,12 @@ class Checkpoints:
             man = manifest_of(value)
             record = join(man, chunks)
             if record is None:
-                log.warning("stage %s: the chunked snapshot %s of %s is incomplete; trying an older one",
-                            self.stage, man.get("id"), where_)  # fmt: skip
+                log.warning(
+                    "stage %s: the chunked snapshot %s of %s is incomplete; trying an older one",
+                    self.stage,
+                    man.get("id"),
+                    where_,
+                )
                 continue
             rec = parse_record(record)
             slot = int(man["slot"])
@@ -321,21 +325,3 @@ class Checkpoints:
                 tp.offset = committed[tp.partition] if committed.get(tp.partition, -1) >= 0 else OFFSET_BEGINNING
             consumer.seek(tp)
         owned.update(parts)
-
-
-def commit_or_abort(producer: Producer, consumer: Consumer, offsets: list[TopicPartition]) -> bool:
-    """Commit the open transaction with the input ``offsets``; False when Kafka asked for an abort
-    (done here), e.g. ILLEGAL_GENERATION: a cooperative rebalance moved the group to a new
-    generation while the transaction was open (seen on Apache Kafka 4.1; the embedded broker runs
-    at-least-once). A fatal error (a fenced producer) raises."""
-    try:
-        producer.send_offsets_to_transaction(offsets, consumer.consumer_group_metadata(), 30)
-        producer.commit_transaction(30)
-    except KafkaException as exc:
-        err = exc.args[0]
-        if not (isinstance(err, KafkaError) and err.txn_requires_abort()):
-            raise
-        log.warning("transaction aborted (%s); the owned partitions go back to their last commit", err.str())
-        producer.abort_transaction(30)
-        return False
-    return True

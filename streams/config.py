@@ -285,17 +285,27 @@ def _parse_stage(source: str, name: str, st: object) -> StageConfig:
         does = role if last is None or not issubclass(last, Decider) else last.output
         if said not in (does, role):
             what = ops[-1].type if ops else "the stage"
-            raise _err(source, f"{where}.emit", f"{st['emit']!r} does not match what {what} emits ({does}); "
-                       "'emit' can be left out")  # fmt: skip
+            raise _err(
+                source,
+                f"{where}.emit",
+                f"{st['emit']!r} does not match what {what} emits ({does}); 'emit' can be left out",
+            )
     if last is not None and issubclass(last, Router):
         unknown_topics = [o for o in stage.outputs if kind_of(o) not in last.outputs]
         if unknown_topics:
-            raise _err(source, f"{where}.outputs", f"{ops[-1].type} emits {', '.join(last.outputs)}; "
-                       f"no such kind of output goes to {unknown_topics}")  # fmt: skip
+            raise _err(
+                source,
+                f"{where}.outputs",
+                f"{ops[-1].type} emits {', '.join(last.outputs)}; no such kind of output goes to {unknown_topics}",
+            )
         missing = [kind for kind, topics in stage.routes.items() if not topics and kind not in last.optional_outputs]
         if missing:
-            raise _err(source, f"{where}.outputs", f"no topic for the {', '.join(missing)} output of {ops[-1].type} "
-                       f"(e.g. {', '.join(DEFAULT_TOPIC[k] for k in missing)})")  # fmt: skip
+            raise _err(
+                source,
+                f"{where}.outputs",
+                f"no topic for the {', '.join(missing)} output of {ops[-1].type} "
+                f"(e.g. {', '.join(DEFAULT_TOPIC[k] for k in missing)})",
+            )
     return stage
 
 
@@ -372,8 +382,9 @@ def load_pipeline(
     if cfg.partitions < 1 or cfg.batch_size < 1:
         raise ConfigError(f"{source}: partitions and batch_size must be >= 1")
     if not cfg.snapshot_share > 0:  # NaN too
-        raise ConfigError(f"{source}: snapshot_share must be > 0 (.inf: a snapshot at every commit), "
-                          f"got {cfg.snapshot_share!r}")  # fmt: skip
+        raise ConfigError(
+            f"{source}: snapshot_share must be > 0 (.inf: a snapshot at every commit), got {cfg.snapshot_share!r}"
+        )
     if not cfg.event_time_skew_s >= 0:  # NaN too
         raise ConfigError(
             f"{source}: event_time_skew_s must be >= 0 (.inf: no alignment), got {cfg.event_time_skew_s!r}"
@@ -411,84 +422,3 @@ def parse_pairs(
 def parse_settings(items: list[str] | None) -> dict[str, str]:
     """``--set key=value`` flags -> overrides for :func:`load_pipeline` (names as in the YAML)."""
     return parse_pairs(items, "--set", allowed=_SCALARS)
-
-
-def with_options(cfg: PipelineConfig, perf_metric: str | None = None, contract: Path | None = None) -> PipelineConfig:
-    """The pipeline with statistical data reduction on ``perf_metric`` joined to every reduce
-    operator, and a contract stage (perf.smoothed, or perf.smoothed.byjob when no stage writes
-    perf.smoothed -> perf.contract) for ``contract``."""
-    stages = dict(cfg.stages)
-    if perf_metric:
-        # Statistical data reduction fits a regression on rows of `interval` seconds (METHODS.md
-        # §2): it needs the smoothed stream at the sampling rate, not one mean per window (with
-        # 10x fewer rows it did not recluster once in 400 s). The sliding means then go out at
-        # full rate, and the pursuit takes its snapshots `emit_every` rows apart, as before, so
-        # its selections are the ones of the thinned stream.
-        thin = max((int(op.params.get("emit_every", 1)) for st in stages.values() for op in st.operators
-                    if op.type == "sliding_mean"), default=1)  # fmt: skip
-
-        def joined(op: OperatorSpec) -> OperatorSpec:
-            if op.type == "sliding_mean" and thin > 1:
-                return replace(op, params={**op.params, "emit_every": 1})
-            if op.type != "reduce":
-                return op
-            params = {**op.params, "reduction": {**(op.params.get("reduction") or {}), "perf_metric": perf_metric}}
-            if thin > 1 and isinstance(op.params.get("pursuit"), Mapping):
-                pp = dict(op.params["pursuit"])
-                pp.update({k: int(pp[k]) * thin for k in ("window", "slack") if k in pp})  # rows -> samples
-                params["pursuit"] = pp
-            return replace(op, params=params)
-
-        stages = {name: replace(st, operators=tuple(map(joined, st.operators))) for name, st in stages.items()}
-    if contract is not None:
-        # the node-keyed smoothed stream when a stage writes it; else the job-keyed one (the lean
-        # default's only smoothed topic: a job's nodes then share a partition)
-        written = {t for st in stages.values() for t in st.written}
-        source = "perf.smoothed" if "perf.smoothed" in written or not written else "perf.smoothed.byjob"
-        stages["contract"] = StageConfig(
-            "contract", source, ("perf.contract",), (OperatorSpec("contract", {"contract": str(contract)}),)
-        )
-    return replace(cfg, stages=stages)
-
-
-#: the bundled demo's application metric (producers/demo.py), its contract and its model
-#: (models/demo.contract.json, models/demo.yaml)
-DEMO_APP_METRIC = "iter_time"
-#: the demo's data reduction: rows of one second (the raw samples), a sliding window of 200 rows
-#: (more than the 16 nodes x 13 metrics leave cluster representatives), refitted every 60 rows
-DEMO_REDUCTION = {"perf_metric": DEMO_APP_METRIC, "interval": 1.0, "window": 200, "recluster_every": 60}
-
-
-def with_demo(cfg: PipelineConfig) -> PipelineConfig:
-    """The pipeline with the three stages that show the rest of the system on the bundled demo
-    (``perfsift run`` with no trace, pipeline, contract or performance metric given): ``contract``
-    (the bundled contract ``demo`` on iter_time) and ``predict`` (the bundled model ``demo``), both
-    on the job-keyed smoothed stream, and ``reduction``, statistical data reduction on iter_time.
-
-    [design choice] The data reduction reads perf.raw, not the smoothed stream the select stage's
-    reduce operator sees: its regression needs more rows in its window than cluster
-    representatives, and the smoothed stream carries one mean per 10 samples (60 rows in the demo's
-    600 s). Joining it to the select stage (``--perf-metric``) sets the smoothing to full rate,
-    which multiplies the smoothed, reduced and forecast records tenfold. perf.raw is node-keyed, so
-    each partition fits the nodes it holds (every node of the demo reports the job's iter_time);
-    its selection does not steer the reduced stream (the pursuit's does)."""
-    stages = dict(cfg.stages)
-    stages.setdefault(
-        "contract",
-        StageConfig(
-            "contract", "perf.smoothed.byjob", ("perf.contract",), (OperatorSpec("contract", {"contract": "demo"}),)
-        ),
-    )
-    stages.setdefault(
-        "predict",
-        StageConfig(
-            "predict", "perf.smoothed.byjob", ("perf.prediction",), (OperatorSpec("predict", {"model": "demo"}),)
-        ),
-    )
-    stages.setdefault(
-        "reduction",
-        StageConfig(
-            "reduction", "perf.raw", ("perf.selection",), (OperatorSpec("data_reduction", dict(DEMO_REDUCTION)),)
-        ),
-    )
-    return replace(cfg, stages=stages)

@@ -18,16 +18,35 @@ wins, and must then be the same on every process of the stage.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from typing import Any
 
-from confluent_kafka import KafkaError
+from confluent_kafka import KafkaError, TopicPartition
+from perfsift.streams.clients import STATISTICS_INTERVAL_MS, consumer_settings, producer_settings
 from perfsift.streams.stage import StageError
 
 #: seconds a runner may take to be assigned partitions after its loop started before ``/readyz``
 #: says why it is not ready (before: "joining")
 JOIN_TIMEOUT_S = 30.0
+
+
+def client_settings(
+    kafka: dict[str, str], group_id: str, txn_id: str | None, embedded: Callable[[], bool]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A stage's consumer and producer configuration: perfsift's defaults < the pipeline file <
+    ``PERFSIFT_KAFKA_*`` < ``-X`` (all in ``kafka``), then what the guarantee needs (``txn_id``:
+    exactly-once, a transactional producer and read_committed); the assignment strategy follows
+    from the broker (``embedded()``, asked only when ``kafka`` names none)."""
+    isolation = "read_committed" if txn_id is not None else "read_uncommitted"
+    consumer = consumer_settings(kafka, group_id, isolation)
+    consumer.setdefault("statistics.interval.ms", STATISTICS_INTERVAL_MS)
+    if "partition.assignment.strategy" not in kafka and consumer.get("group.protocol") != "consumer":
+        consumer["partition.assignment.strategy"] = assignment_strategy(embedded())
+    producer = producer_settings(kafka, txn_id, negotiate=True)
+    producer.setdefault("statistics.interval.ms", STATISTICS_INTERVAL_MS)
+    return consumer, producer
 
 
 def assignment_strategy(embedded: bool) -> str:
@@ -83,3 +102,17 @@ def wait_assigned(runners: list[Any], timeout: float = 60.0, abort: Callable[[],
             return False
         time.sleep(0.1)
     return True
+
+
+def log_partitions(runner: Any, event: str, partitions: list[TopicPartition], level: int, **fields: Any) -> None:
+    """One log record per rebalance event of ``runner`` (a StageRunner: assigned, revoked, lost),
+    with the partition numbers and ``fields`` as structured fields (``restored``: those resumed from
+    a snapshot), counted in its stats."""
+    numbers = sorted(tp.partition for tp in partitions)
+    stage = runner.stage.name
+    runner.stats.rebalances[event] = runner.stats.rebalances.get(event, 0) + 1
+    detail = "".join(f", {k} {v}" for k, v in fields.items())
+    extra = {"stage": stage, "instance": runner.instance, "event": event, "partitions": numbers, **fields}
+    logging.getLogger("perfsift.runner").log(
+        level, "stage %s: partitions %s of %s %s%s", stage, numbers, runner._in_topic, event, detail, extra=extra
+    )

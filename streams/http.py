@@ -122,6 +122,13 @@ def runner_metrics(
     )
     replayed.add_metric([stage], s.replayed)
     yield replayed
+    replaced = CounterMetricFamily(
+        "perfsift_producers_replaced",
+        "exactly-once producers replaced after a failed transaction (fenced, aborted by the coordinator)",
+        labels=["stage"],
+    )
+    replaced.add_metric([stage], s.producers_replaced)
+    yield replaced
     kafka = GaugeMetricFamily(
         "perfsift_kafka",
         "librdkafka statistics of the stage's clients (statistics.interval.ms): queue_messages, queue_bytes, "
@@ -233,8 +240,13 @@ class _RunnerCollector(Collector):
 class HealthServer:
     """Serves the endpoints of one runner on ``host:port`` in a daemon thread (port 0 = any free port)."""
 
-    def __init__(self, runner: StageRunner, port: int, host: str = "0.0.0.0",
-                 post: dict[str, Callable[[bytes, Any], tuple[int, bytes]]] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        runner: StageRunner,
+        port: int,
+        host: str = "0.0.0.0",
+        post: dict[str, Callable[[bytes, Any], tuple[int, bytes]]] | None = None,
+    ) -> None:
         """``post``: path -> handler(body, headers) -> (status, body), e.g. ``/api/v1/write`` of
         an ingest stage of remote_write (:class:`~perfsift.formats.remote_write.RemoteWriteReceiver`)."""
         routes = dict(post or {})
@@ -261,8 +273,10 @@ class HealthServer:
             def do_POST(self) -> None:
                 route = routes.get(self.path.split("?", 1)[0])
                 if route is None:
-                    self._send(405 if self.path.split("?", 1)[0] in ("/healthz", "/readyz", "/metrics") else 404,
-                               b"POST: only " + ", ".join(routes).encode() + b"\n")  # fmt: skip
+                    self._send(
+                        405 if self.path.split("?", 1)[0] in ("/healthz", "/readyz", "/metrics") else 404,
+                        b"POST: only " + ", ".join(routes).encode() + b"\n",
+                    )
                     return
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 code, answer = route(body, self.headers)

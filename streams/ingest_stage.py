@@ -121,18 +121,25 @@ class IngestRunner(StageRunner):
         dropped = asm.take_dropped()
         if dropped:
             if not self.stats.series_dropped:
-                log.warning("stage %s: samples with more than max_metrics_per_sample=%d metrics keep the first ones "
-                            "(the same ones every time, in name order); %d values left out so far (counted in "
-                            "perfsift_ingest_series_dropped_total)", self.stage.name, asm.max_metrics,
-                            dropped)  # fmt: skip
+                log.warning(
+                    "stage %s: samples with more than max_metrics_per_sample=%d metrics keep the first ones "
+                    "(the same ones every time, in name order); %d values left out so far (counted in "
+                    "perfsift_ingest_series_dropped_total)",
+                    self.stage.name,
+                    asm.max_metrics,
+                    dropped,
+                )
             self.stats.series_dropped += dropped
         batch, refused = part.guard.check(batch)
         for row, reason, detail in refused:  # no message to park: the sample itself is the record
             job, node, ts, metrics = samples[row]
             value = orjson.dumps({"ts": ts, "node": node, "job": job, "metrics": metrics})
             self.stats.dead_letter(reason)
-            self._produce(self._dlq_topic, dead_letter_record(self.stage.name, self._in_topic, -1, -1, node.encode(),
-                                                              value, detail), node.encode())  # fmt: skip
+            self._produce(
+                self._dlq_topic,
+                dead_letter_record(self.stage.name, self._in_topic, -1, -1, node.encode(), value, detail),
+                node.encode(),
+            )
         if len(batch):  # the runner's stage step: OTLP out, and an operator error parks the samples
             gone = {row for row, _, _ in refused}
 

@@ -7,10 +7,13 @@ results (``otlp_out``: :mod:`perfsift.formats.otlp.otlp_out`).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Any
+
 from perfsift.formats.otlp.otlp_out import KINDS as OTLP_KINDS
 from perfsift.formats.otlp.otlp_out import to_requests
-from perfsift.operators import Decider
-from perfsift.schemas import codec_for
+from perfsift.operators import Batch, Decider
+from perfsift.schemas import batch_to_samples, codec_for
 from perfsift.schemas.registry import ENCODING as CONFLUENT_AVRO
 from perfsift.schemas.registry import use_registry
 from perfsift.streams.config import PipelineConfig, StageConfig
@@ -60,8 +63,7 @@ class StageOutputs:
         for topic, kind in self.otlp.items():
             encoded = emitted.topics.get(topic)
             if encoded and encoded[0]:
-                codec = self._codecs[kind]
-                v, k = to_requests(kind, (codec.decode(r) for r in encoded[0]))
+                v, k = to_requests(kind, self._records(kind, encoded[0], emitted.output))
                 values += v
                 keys += k
         if values:
@@ -69,3 +71,13 @@ class StageOutputs:
             have[0].extend(values)
             have[1].extend(keys)
         return emitted
+
+    def _records(self, kind: str, encoded: list[bytes], output: Any) -> Iterable[dict[str, Any]]:
+        """The records of ``kind`` the chain emitted, as dicts: a router's reduced samples from the
+        batches it returned (the hot path: nothing read back from what was just encoded); the
+        other kinds (a few records per period) decoded from ``encoded``, as they were written."""
+        parts = output.get(kind) if isinstance(output, dict) and kind == "reduced" else None
+        if isinstance(parts, list) and all(isinstance(p, Batch) for p in parts):
+            return (r for b in parts for r in batch_to_samples(b))
+        codec = self._codecs[kind]
+        return (codec.decode(r) for r in encoded)

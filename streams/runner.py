@@ -29,26 +29,35 @@ from collections.abc import Callable
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
-from perfsift.schemas.batches import decode_samples, warm_up_decoder
-from perfsift.streams.align import Aligner, event_times
+from perfsift.schemas.batches import warm_up_decoder
+from perfsift.streams.access import AccessError, refused
+from perfsift.streams.align import forget, in_order, pace, restart, stage_aligner, timed, with_end_events
 from perfsift.streams.broker import is_embedded_cluster
-from perfsift.streams.checkpoint import Cadence, Checkpoints, Partition, commit_or_abort
+from perfsift.streams.checkpoint import Cadence, Checkpoints, Partition
 from perfsift.streams.clients import (
-    STATISTICS_INTERVAL_MS,
-    consumer_settings,
     dead_letter_record,
-    producer_settings,
     redacted,
     statistics_callback,
     where,
 )
 from perfsift.streams.config import PipelineConfig, StageConfig
-from perfsift.streams.group import JOIN_TIMEOUT_S, assignment_strategy, is_cooperative, protocol_error
+from perfsift.streams.group import JOIN_TIMEOUT_S, client_settings, is_cooperative, log_partitions, protocol_error
 from perfsift.streams.group import wait_assigned as wait_assigned  # re-exported: where callers found it
 from perfsift.streams.limits import Guard
 from perfsift.streams.outputs import StageOutputs
-from perfsift.streams.stage import Chain, Emitted, StageError, StageStats, merge_summaries, note_missing, step
+from perfsift.streams.stage import (
+    Chain,
+    Emitted,
+    StageError,
+    StageStats,
+    merge_summaries,
+    note_missing,
+    sample_decoder,
+    step_records,
+)
+from perfsift.streams.threads import run_in_thread as run_in_thread  # re-exported: where callers found it
 from perfsift.streams.topics import DEADLETTER_TOPIC, STATE_TOPIC
+from perfsift.streams.transactions import MAX_REPLACEMENTS, commit_or_abort, describe, new_producer, replace
 
 log = logging.getLogger("perfsift.runner")
 
@@ -56,8 +65,7 @@ log = logging.getLogger("perfsift.runner")
 class StageRunner:
     """Runs one stage of a pipeline on Kafka until stopped.
 
-    Its input partitions are read in event-time order within ``event_time_skew_s``
-    (:mod:`~perfsift.streams.align`; ``aligned = False`` in a subclass whose input is no samples).
+    It reads its input partitions in event-time order (``event_time_skew_s``, :mod:`~perfsift.streams.align`).
 
     Parameters
     ----------
@@ -104,10 +112,13 @@ class StageRunner:
         self._checkpoints = Checkpoints(kafka, self.group_id, *state)
         self._checkpoints.snapshots = pipeline.snapshots
         self._template = Chain(stage, pipeline.encoding, pipeline.framing)
+        self._decode = sample_decoder(pipeline.encoding)
         self._outputs = StageOutputs(pipeline, stage)  # registry subjects, OTLP out
         self._fingerprint = self._template.fingerprint()  # the template also serves the warm-up
         self._consumer: Consumer | None = None
         self._producer: Producer | None = None
+        self._producer_settings: dict[str, Any] = {}
+        self._replacements = 0  # producers replaced since the last commit
         self._in_txn = False
         self._silent = False  # replaying: no output, no dead letter, no count
         #: share of the input bytes state snapshots may cost (inf: a snapshot at every commit)
@@ -117,13 +128,9 @@ class StageRunner:
         self.cooperative = False
         self.loop_started: float | None = None  # monotonic time the consume loop began (readiness)
         self.join_timeout_s = JOIN_TIMEOUT_S
-        skew = pipeline.event_time_skew_s if self.aligned else math.inf
-        self._align: Aligner[Message] = Aligner(
-            skew, lambda ms: event_times([m.value() for m in ms], pipeline.encoding)
-        )
+        self._align = stage_aligner(pipeline.event_time_skew_s if self.aligned else math.inf, pipeline.encoding)
 
-    #: whether the input partitions are read in event-time order (their records are samples)
-    aligned = True
+    aligned = True  #: whether the input partitions are read in event-time order (False: their records are no samples)
 
     def assigned(self) -> list[tuple[str, int]]:
         """Input partitions this instance owns now."""
@@ -158,21 +165,10 @@ class StageRunner:
         return self.guarantee
 
     def client_settings(self) -> tuple[dict[str, Any], dict[str, Any]]:
-        """The consumer's and the producer's configuration: perfsift's defaults < the pipeline
-        file < ``PERFSIFT_KAFKA_*`` < ``-X`` (all in ``kafka``), then what the guarantee needs; the
-        assignment strategy follows from the broker (:mod:`~perfsift.streams.group`)."""
+        """The consumer's and the producer's configuration (:func:`~perfsift.streams.group.client_settings`)."""
         self.resolve_guarantee()
-        isolation = "read_committed" if self.exactly_once else "read_uncommitted"
-        consumer = consumer_settings(self.kafka, self.group_id, isolation)
-        consumer.setdefault("statistics.interval.ms", STATISTICS_INTERVAL_MS)
-        if self._align.enabled:  # a partition at its end must not hold the others back
-            consumer["enable.partition.eof"] = True
-        if "partition.assignment.strategy" not in self.kafka and consumer.get("group.protocol") != "consumer":
-            consumer["partition.assignment.strategy"] = assignment_strategy(self.is_embedded())
         txn_id = f"{self.group_id}.{self.instance}" if self.exactly_once else None
-        producer = producer_settings(self.kafka, txn_id, negotiate=True)
-        producer.setdefault("statistics.interval.ms", STATISTICS_INTERVAL_MS)
-        return consumer, producer
+        return with_end_events(client_settings(self.kafka, self.group_id, txn_id, self.is_embedded), self._align)
 
     def _statistics(self, client: str) -> Callable[[str], None]:
         return statistics_callback(self.stats.kafka, client, f"stage {self.stage.name}")
@@ -183,29 +179,18 @@ class StageRunner:
         # cooperative when every listed strategy is (cooperative-sticky), or under KIP-848 (none listed)
         self.strategy = str(consumer.get("partition.assignment.strategy", "cooperative-sticky"))
         self.cooperative = is_cooperative(self.strategy)
-        log.info(
-            "stage %s: kafka consumer %s; producer %s",
-            self.stage.name,
-            redacted(consumer),
-            redacted(producer),
-            extra={"stage": self.stage.name, "instance": self.instance, "consumer": redacted(consumer),
-                   "producer": redacted(producer)},
-        )  # fmt: skip
+        shown = {"consumer": redacted(consumer), "producer": redacted(producer)}
+        self._log(logging.INFO, "kafka consumer %s; producer %s", *shown.values(), **shown)
         self._consumer = Consumer(consumer | {"stats_cb": self._statistics("consumer")})
-        self._producer = Producer(
-            producer | {"on_delivery": self._on_delivery, "stats_cb": self._statistics("producer")}
-        )
-        if self.exactly_once:
-            self._producer.init_transactions(30)
+        self._producer_settings = {**producer, "on_delivery": self._on_delivery}
+        self._producer_settings["stats_cb"] = self._statistics("producer")
+        self._producer = new_producer(self._producer_settings)
         try:
             self._consumer.subscribe(
                 [self._in_topic], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
             )
-            log.info(
-                "stage %s: consuming %s as group %s (%s)", self.stage.name, self._in_topic, self.group_id,
-                self.guarantee, extra={"stage": self.stage.name, "topic": self._in_topic, "group": self.group_id,
-                       "instance": self.instance, "guarantee": self.guarantee},
-            )  # fmt: skip
+            group = {"topic": self._in_topic, "group": self.group_id, "guarantee": self.guarantee}
+            self._log(logging.INFO, "consuming %s as group %s (%s)", *group.values(), **group)
             self._warm_up()  # while the group join runs in librdkafka's threads
             self.loop_started = time.monotonic()
             last_msg = time.monotonic()
@@ -213,26 +198,28 @@ class StageRunner:
                 wait = 0 if self._align.busy else self.pipeline.batch_timeout_s  # held messages to go
                 msgs = self._consumer.consume(self.pipeline.batch_size, wait)
                 self.last_loop = time.monotonic()
-                self._tick(self.last_loop)
-                self.ready.set()
-                if msgs or self._align.pending:
-                    last_msg = time.monotonic()
-                    self._process(msgs)
-                elif idle_timeout_s is not None and time.monotonic() - last_msg > idle_timeout_s:
-                    break
-                else:  # idle: still serve the producer's delivery reports and statistics
-                    self._producer.poll(0)
-                    self._pace(self.last_loop)  # a new partition's idle time may be over
-                if time.monotonic() - self._last_commit >= self.pipeline.commit_interval_s:
-                    self._commit()
+                try:
+                    self._tick(self.last_loop)
+                    self.ready.set()
+                    if msgs or self._align.pending:
+                        last_msg = time.monotonic()
+                        self._process(msgs)
+                    elif idle_timeout_s is not None and time.monotonic() - last_msg > idle_timeout_s:
+                        break
+                    else:  # idle: still serve the producer's delivery reports and statistics
+                        self._producer.poll(0)
+                        pace(self._consumer, self._align, self.last_loop)  # a new partition's idle time may be over
+                    if time.monotonic() - self._last_commit >= self.pipeline.commit_interval_s:
+                        self._commit()
+                except KafkaException as exc:
+                    while (again := self._recover(exc)) is not None:  # the recovery failed too (cluster still down)
+                        exc = again
             self._commit()
         finally:
             self._close()
-        log.info(
-            "stage %s: stopped after %d records in, %d out, %d dead letters", self.stage.name, self.stats.records_in,
-            self.stats.records_out, self.stats.dead_letters,
-            extra={"stage": self.stage.name, "instance": self.instance, "stats": self.stats.as_dict()},
-        )  # fmt: skip
+        counts = self.stats.records_in, self.stats.records_out, self.stats.dead_letters
+        message = "stopped after %d records in, %d out, %d dead letters"
+        self._log(logging.INFO, message, *counts, stats=self.stats.as_dict())
         return self.stats
 
     def _tick(self, now: float) -> None:
@@ -247,6 +234,29 @@ class StageRunner:
             except Exception:  # only a head start: the first batch will load what this did not
                 log.warning("stage %s: warming up %s failed", self.stage.name, warm.__qualname__, exc_info=True)
         log.debug("stage %s: operators warmed up in %.2f s", self.stage.name, time.monotonic() - t)
+
+    def _recover(self, exc: KafkaException) -> KafkaException | None:
+        """Under exactly-once, a Kafka error while processing or committing costs only the open
+        transaction (:mod:`~perfsift.streams.transactions`); otherwise, or after
+        :data:`MAX_REPLACEMENTS` in a row without a commit, it ends the stage. Returns the error
+        the recovery itself met (to be recovered from in turn), or None."""
+        if (line := refused(exc, self.kafka, "running")) is not None:  # ACLs, credentials: no use trying again
+            raise AccessError(line) from None
+        if not self.exactly_once or self._replacements >= MAX_REPLACEMENTS or self._consumer is None:
+            raise exc
+        self._replacements += 1
+        why, name = describe(exc), self.stage.name
+        log.warning("stage %s: transaction failed: %s; new producer, partitions back to their last commit", name, why)
+        try:
+            self._producer = replace(self._producer, self._in_txn, self._producer_settings)
+            self._in_txn = False
+            self._delivery_errors.clear()
+            self.stats.producers_replaced += 1
+            restart(self._consumer, self._align, list(self._parts))
+            self._checkpoints.rewind(self._consumer, self._parts, self._fresh, self._fingerprint)
+        except KafkaException as again:
+            return again
+        return None
 
     def _close(self) -> None:
         consumer, producer = self._consumer, self._producer
@@ -303,15 +313,12 @@ class StageRunner:
             topic, partition, _ = where(m)
             by_part.setdefault((topic, partition), []).append(m)
         now = time.monotonic()
-        routed = [(tp, self._align.route(tp, ms, now)) for tp, ms in by_part.items()]  # in event-time order:
-        for tp in ends:
-            self._align.at_end(tp)
-        for tp, ms in [*routed, *self._align.release(now)]:  # the partitions ahead are held (streams/align.py)
+        for tp, ms in in_order(self._align, by_part, ends, now):  # the partitions ahead are held (align.py)
             part = self._parts.get(tp)
-            if part is None or not ms:  # revoked between fetch and processing
+            if part is None:  # revoked between fetch and processing
                 continue
             self._process_partition(tp, part, ms)
-        self._pace(now)
+        pace(self._consumer, self._align, now)
         assert self._producer is not None
         self._producer.poll(0)
         self.stats.batches += 1
@@ -329,31 +336,16 @@ class StageRunner:
             self._snapshot(tp, part, where(ms[0])[2], fresh=True)
         topic, partition = tp
         values = [m.value() for m in ms]
-        big = part.guard.oversized(values)
-        for i in big:
-            self._dead_letter(ms[i], f"{len(values[i] or b'')} bytes, more than {part.guard.limits.max_record_bytes}",
-                              "record_too_large")  # fmt: skip
-        skip = set(big)
-        pos = [i for i in range(len(ms)) if i not in skip] if big else range(len(ms))
 
         def place(i: int) -> str:
-            return f"{topic}:{partition}:{ms[pos[i]].offset()}"
+            return f"{topic}:{partition}:{ms[i].offset()}"
 
-        batch, kept, errors = decode_samples([values[i] for i in pos] if big else values, place, self.pipeline.encoding)
-        if len(batch):
-            self._align.seen(tp, float(batch.ts.max()))
-        for e in errors:
-            self._dead_letter(ms[pos[e.index]], e.reason, "malformed")
-        batch, refused = part.guard.check(batch)
-        for row, reason, detail in refused:
-            self._dead_letter(ms[pos[kept[row]]], detail, reason)
-        if refused:
-            gone = {row for row, _, _ in refused}
-            kept = [k for row, k in enumerate(kept) if row not in gone]
-        if len(batch):  # an operator error parks the batch's messages (a column frame's once)
-            failed = [ms[pos[i]] for i in dict.fromkeys(kept)]
-            park = lambda why: self._dead_letters(failed, why, "operator_failed")  # noqa: E731
-            step(part.chain, batch, self._emit, park, f"stage {self.stage.name}, {topic}:{partition}")
+        def park(i: int, kind: str, detail: str) -> None:
+            self._dead_letter(ms[i], detail, kind)
+
+        at = f"stage {self.stage.name}, {topic}:{partition}"
+        decode = timed(self._decode, self._align, tp)  # tells the aligner the batch's event time
+        if step_records(part.chain, part.guard, values, decode, place, self._emit, park, at):
             note_missing(part.chain, self.stats)
         part.next_offset = where(ms[-1])[2] + 1
         if self._silent:
@@ -365,13 +357,6 @@ class StageRunner:
         # (perfsift run's end-of-input check) then also sees the operators' state after them
         self.stats.records_in += len(ms)
         part.cadence.since += self.stats.count_in(self.stage.input, values)
-
-    def _pace(self, now: float) -> None:
-        """Pause the input partitions that run ahead in event time, resume those caught up."""
-        pause, resume = self._align.changes(now)
-        if self._consumer is not None and (pause or resume):
-            self._consumer.pause([TopicPartition(t, p) for t, p in pause])
-            self._consumer.resume([TopicPartition(t, p) for t, p in resume])
 
     def _emit(self, emitted: Emitted) -> None:
         """Publish what the chain emitted, with the stage's own outputs (OTLP requests: ``otlp_out``)."""
@@ -390,10 +375,6 @@ class StageRunner:
                 except BufferError:  # local queue full: the slow path waits and retries
                     self._produce(topic, value, key)
         self.stats.count_out(emitted.topics)
-
-    def _dead_letters(self, msgs: list[Message], reason: str, kind: str) -> None:
-        for m in msgs:
-            self._dead_letter(m, reason, kind)
 
     def _dead_letter(self, msg: Message, reason: str, kind: str) -> None:
         """Park ``msg`` on the dead-letter topic with ``reason`` (the record's text) counted under
@@ -421,9 +402,7 @@ class StageRunner:
             self._ensure_transaction()
             self._in_txn = False  # committed, or aborted and every owned partition back at its last commit:
             if not commit_or_abort(self._producer, self._consumer, offsets):
-                held = [TopicPartition(t, p) for t, p in self._parts]  # re-read from the rewound offsets:
-                self._unpause(self._consumer, held)  # what the aligner held goes
-                self._align.assign(list(self._parts), time.monotonic())
+                restart(self._consumer, self._align, list(self._parts))
                 return self._checkpoints.rewind(self._consumer, self._parts, self._fresh, self._fingerprint)
         else:
             self._flush_outputs()
@@ -431,6 +410,7 @@ class StageRunner:
         for _, part in dirty:
             part.dirty = False
         self.stats.commits += 1
+        self._replacements = 0
         self._update_lag()
 
     def _snapshot(self, tp: tuple[str, int], part: Partition, next_offset: int, fresh: bool = False) -> None:
@@ -481,8 +461,14 @@ class StageRunner:
             consumer.incremental_assign(partitions)
         else:
             consumer.assign(partitions)
-        self._log_partitions("assigned", partitions, logging.INFO, restored=sorted(restored),
-                             replay={p: r for p, r in restored.items() if r[1] > r[0]})  # fmt: skip
+        log_partitions(
+            self,
+            "assigned",
+            partitions,
+            logging.INFO,
+            restored=sorted(restored),
+            replay={p: r for p, r in restored.items() if r[1] > r[0]},
+        )
 
     def _fresh(self) -> Partition:
         return Partition(self._template.fresh(), Guard(self.pipeline.limits), Cadence(self.snapshot_share))
@@ -493,48 +479,22 @@ class StageRunner:
             self._commit()
         for tp in partitions:
             self._parts.pop((tp.topic, tp.partition), None)
-        self._unpause(consumer, partitions)
+        forget(consumer, self._align, partitions)
         self.stats.revoked_partitions += len(partitions)
         if self.cooperative and partitions:
             consumer.incremental_unassign(partitions)
-        self._log_partitions("revoked", partitions, logging.INFO)
+        log_partitions(self, "revoked", partitions, logging.INFO)
 
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         for tp in partitions:  # lost: another member may own them already; do not commit
             self._parts.pop((tp.topic, tp.partition), None)
-        self._unpause(consumer, partitions)
+        forget(consumer, self._align, partitions)
         if self.cooperative and partitions:
             consumer.incremental_unassign(partitions)
-        self._log_partitions("lost", partitions, logging.WARNING)
+        log_partitions(self, "lost", partitions, logging.WARNING)
 
-    def _unpause(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        """Forget the alignment state of partitions going away; resume those it paused."""
-        if paused := self._align.revoke([(tp.topic, tp.partition) for tp in partitions]):
-            with contextlib.suppress(KafkaException):
-                consumer.resume([TopicPartition(t, p) for t, p in paused])
-
-    def _log_partitions(self, event: str, partitions: list[TopicPartition], level: int, **fields: Any) -> None:
-        """One log record per rebalance event (assigned, revoked, lost), with the partition numbers
-        and ``fields`` as structured fields (``restored``: those resumed from a snapshot)."""
-        numbers = sorted(tp.partition for tp in partitions)
-        self.stats.rebalances[event] = self.stats.rebalances.get(event, 0) + 1
-        detail = "".join(f", {k} {v}" for k, v in fields.items())
-        log.log(level, "stage %s: partitions %s of %s %s%s", self.stage.name, numbers, self._in_topic, event, detail,
-                extra={"stage": self.stage.name, "instance": self.instance, "event": event, "partitions": numbers,
-                       **fields})  # fmt: skip
-
-
-def run_in_thread(
-    runner: StageRunner, idle_timeout_s: float | None = None, on_error: Callable[[BaseException], None] | None = None
-) -> threading.Thread:
-    """Start ``runner.run`` in a daemon thread; exceptions go to ``on_error`` (default: logged)."""
-
-    def target() -> None:
-        try:
-            runner.run(idle_timeout_s)
-        except BaseException as exc:
-            (on_error or (lambda e: log.exception("stage %s failed", runner.stage.name, exc_info=e)))(exc)
-
-    t = threading.Thread(target=target, name=f"stage-{runner.stage.name}", daemon=True)
-    t.start()
-    return t
+    def _log(self, level: int, message: str, *args: Any, **fields: Any) -> None:
+        """``message`` % ``args`` in the log after the stage's name, with the stage, the instance
+        and ``fields`` as structured fields."""
+        extra = {"stage": self.stage.name, "instance": self.instance, **fields}
+        log.log(level, f"stage %s: {message}", self.stage.name, *args, extra=extra)

@@ -13,17 +13,18 @@ from __future__ import annotations
 import bisect
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from perfsift.operators import Batch, Decider, Operator, Output, Router
 from perfsift.operators.forecast.forecast import PRIMARIES
-from perfsift.schemas import encode_batch, encode_records
+from perfsift.schemas import RecordError, encode_batch, encode_records
+from perfsift.schemas.batches import decode_samples
 from perfsift.schemas.encode import encode_forecasts
 from perfsift.schemas.frames import encode_frames
 from perfsift.streams.config import StageConfig
-from perfsift.streams.limits import LIMIT_REASONS
+from perfsift.streams.limits import LIMIT_REASONS, Guard
 from perfsift.streams.topics import STATE_TOPIC, framed, key_of
 from perfsift.streams.volume import TopicBytes
 
@@ -67,6 +68,8 @@ class StageStats:
     restored_partitions: int = 0
     #: records replayed after a restart, from a snapshot up to the committed offset (not in records_in)
     replayed: int = 0
+    #: exactly-once producers replaced after a failed transaction (fenced, timed out; streams/transactions.py)
+    producers_replaced: int = 0
     #: rebalance events by kind (assigned, revoked, lost) and input partitions each concerned
     rebalances: dict[str, int] = field(default_factory=dict)
     revoked_partitions: int = 0
@@ -138,6 +141,7 @@ class StageStats:
             "commits": self.commits,
             "restored_partitions": self.restored_partitions,
             "replayed": self.replayed,
+            "producers_replaced": self.producers_replaced,
             "lag": sum(self.lag.values()),
             "busy_s": round(self.busy_s, 3),
             "by_topic": dict(self.by_topic),
@@ -262,19 +266,94 @@ class Chain:
         return result, count
 
 
-def step(chain: Chain, batch: Batch, publish: Callable[[Emitted], None], park: Callable[[str], None], at: str) -> bool:
+#: decodes one micro-batch's messages into samples: ``(values, place) -> (batch, kept, errors)``,
+#: as :func:`~perfsift.schemas.batches.decode_samples` with the pipeline's encoding bound
+SampleDecoder = Callable[[Sequence[bytes | None], Callable[[int], str]], tuple[Batch, list[int], list[RecordError]]]
+#: parks one input record: ``(input position, dead-letter reason, detail)``
+Park = Callable[[int, str, str], None]
+
+
+def sample_decoder(encoding: str) -> SampleDecoder:
+    """The decoder of samples in ``encoding`` (column frames are recognised in any)."""
+
+    def decode(
+        values: Sequence[bytes | None], place: Callable[[int], str]
+    ) -> tuple[Batch, list[int], list[RecordError]]:
+        return decode_samples(values, place, encoding)
+
+    return decode
+
+
+def admit(
+    values: Sequence[bytes | None], guard: Guard, decode: SampleDecoder, place: Callable[[int], str], park: Park
+) -> tuple[Batch, list[int]]:
+    """Decode and guard one micro-batch: records over ``max_record_bytes``, records that do not
+    decode and samples over the other limits go to ``park`` (input position, reason, detail), in
+    that order; returns the batch of the others and, per row, its input position."""
+    big = guard.oversized(values)  # type: ignore[arg-type]
+    for i in big:
+        park(i, "record_too_large", f"{len(values[i] or b'')} bytes, more than {guard.limits.max_record_bytes}")
+    skip = set(big)
+    pos = [i for i in range(len(values)) if i not in skip] if big else range(len(values))
+    batch, kept, errors = decode([values[i] for i in pos] if big else values, lambda i: place(pos[i]))
+    for e in errors:
+        park(pos[e.index], "malformed", e.reason)
+    batch, refused = guard.check(batch)
+    for row, reason, detail in refused:
+        park(pos[kept[row]], reason, detail)
+    if refused:
+        gone = {row for row, _, _ in refused}
+        kept = [k for row, k in enumerate(kept) if row not in gone]
+    return batch, [pos[k] for k in kept] if big else kept
+
+
+def step(
+    chain: Chain,
+    batch: Batch,
+    publish: Callable[[Emitted], None],
+    park: Callable[[str], None],
+    at: str,
+    after: Callable[[Operator, Any, float], None] | None = None,
+) -> bool:
     """The stage step, one for every runner (the ingest stage's too, issue #29): ``batch`` through
     the partition's chain and what it emits to ``publish`` (the runner's ``_emit``: the stage's
     outputs such as ``otlp_out`` added, produced, counted). An operator error does not stop the
     worker: it is logged and ``park(reason)`` dead-letters the batch's records. True when the chain ran."""
     try:
-        emitted = chain.process(batch)
+        emitted = chain.process(batch, after)
     except Exception as exc:  # an operator failed on this batch: park its records, go on
         logging.getLogger("perfsift.stage").exception("operator failed on %s", at)
         park(f"processing failed: {type(exc).__name__}: {exc}"[:1000])
         return False
     publish(emitted)
     return True
+
+
+def step_records(
+    chain: Chain,
+    guard: Guard,
+    values: Sequence[bytes | None],
+    decode: SampleDecoder,
+    place: Callable[[int], str],
+    publish: Callable[[Emitted], None],
+    park: Park,
+    at: str,
+    after: Callable[[Operator, Any, float], None] | None = None,
+) -> bool:
+    """One micro-batch of records through the whole stage: decode, guard (:func:`admit`), the chain
+    and its outputs to ``publish`` (:func:`step`). Every record that does not make it goes to ``park``
+    with its input position and reason; when an operator fails, every record of the batch does (a
+    column frame's once), as ``operator_failed``. The Kafka runner and ``perfsift analyze`` both
+    run their records through here. True when the chain ran."""
+    batch, kept = admit(values, guard, decode, place, park)
+    if not len(batch):
+        return False
+
+    def failed(why: str) -> None:
+        for i in dict.fromkeys(kept):
+            park(i, "operator_failed", why)
+
+    return step(chain, batch, publish, failed, at, after)
 
 
 def encode_decisions(op: Decider, out: Batch | list[dict[str, Any]], encoding: str) -> tuple[list[bytes], list[bytes]]:

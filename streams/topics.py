@@ -24,6 +24,8 @@ class TopicSpec:
     #: read only by perfsift's own stages: column frames of many samples per message (pipeline
     #: ``framing: columns``, the default) rather than one record per sample
     framed: bool = False
+    #: the file a report folder (``perfsift analyze``, ``perfsift run``) keeps its records in; "" for none
+    file: str = ""
 
 
 STATE_TOPIC = "perf.state"
@@ -39,12 +41,29 @@ TOPICS: dict[str, TopicSpec] = {
         TopicSpec(
             "perf.smoothed.byjob", "job", "sample", "sliding-window averages keyed by job (pursuit)", framed=True
         ),
-        TopicSpec("perf.selection", "job", "selection", "decisions: metrics chosen, scores, version", True),
-        TopicSpec("perf.reduced", "node", "reduced", "smoothed samples with only the selected metrics"),
-        TopicSpec("perf.contract", "node", "contract", "contract evaluation per node"),
-        TopicSpec("perf.forecast", "node", "forecast", "forecasts with +-2 sigma bounds"),
-        TopicSpec("perf.prediction", "job", "prediction", "structural-model predictions, observed values, verdicts"),
-        TopicSpec("perf.control", "job", "control", "feedback to producers: which metrics to keep", True),
+        TopicSpec(
+            "perf.selection",
+            "job",
+            "selection",
+            "decisions: metrics chosen, scores, version",
+            True,
+            file="selection.jsonl",
+        ),
+        TopicSpec(
+            "perf.reduced", "node", "reduced", "smoothed samples with only the selected metrics", file="reduced.jsonl"
+        ),
+        TopicSpec("perf.contract", "node", "contract", "contract evaluation per node", file="contract.jsonl"),
+        TopicSpec("perf.forecast", "node", "forecast", "forecasts with +-2 sigma bounds", file="forecast.jsonl"),
+        TopicSpec(
+            "perf.prediction",
+            "job",
+            "prediction",
+            "structural-model predictions, observed values, verdicts",
+            file="prediction.jsonl",
+        ),
+        TopicSpec(
+            "perf.control", "job", "control", "feedback to producers: which metrics to keep", True, file="control.jsonl"
+        ),
         TopicSpec(DEADLETTER_TOPIC, "-", "deadletter", "records that could not be decoded or processed"),
         TopicSpec(STATE_TOPIC, "stage/topic/partition", "state", "operator snapshots with their offsets", True),
     ]
@@ -53,6 +72,10 @@ TOPICS: dict[str, TopicSpec] = {
 #: the topic that carries each kind of record by default; samples go to several topics, so a stage
 #: that emits samples names its outputs
 DEFAULT_TOPIC: dict[str, str] = {t.schema: t.name for t in TOPICS.values() if t.schema != "sample"}
+
+
+#: topic -> the file of a report folder its records go to (topics not listed are not written)
+REPORT_FILES: dict[str, str] = {t.name: t.file for t in TOPICS.values() if t.file}
 
 
 def kind_of(topic: str) -> str | None:

@@ -9,6 +9,8 @@ import os
 # first imported (below, through perfsift); the CLI subprocesses the tests start inherit it.
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -21,13 +23,37 @@ from perfsift.streams.clients import consumer_settings
 
 from tests.kafka_cluster import kafka_cluster  # noqa: F401 - the session's Apache Kafka cluster, on demand
 
+#: numba's kernels in two groups, compiled side by side into the cache by two processes before the
+#: workers start: the cleaner's one large kernel (the longest compile by far: over 3 CPU-minutes in
+#: one measure on a loaded machine, against about one for the pursuit's and the forecast's
+#: together) and all the others
+WARM_GROUPS = (
+    "from perfsift.operators.clean.clean import MODES, Clean\nfor mode in MODES:\n    Clean(mode=mode).warm_up()",
+    """from perfsift.analysis.quality import dtw
+from perfsift.formats.otlp.otlp_fast import warm_up
+from perfsift.formats.settings import IngestMap, IngestSettings
+from perfsift.operators.forecast.forecast import ForecastBank
+from perfsift.operators.pursuit.pursuit import ProjectionPursuit
+from perfsift.schemas.batches import warm_up_decoder
+ProjectionPursuit().warm_up()
+ForecastBank().warm_up()
+warm_up_decoder()
+warm_up(IngestSettings("otlp_proto", IngestMap()))
+dtw([1.0, 2.0], [1.0, 3.0])""",
+)
+
 
 def pytest_configure(config: pytest.Config) -> None:
     """Fill numba's cache once, in the controller, before the xdist workers start: otherwise every
     worker (and every CLI subprocess a test starts before the cache is written) compiles the same
-    kernels at once, ~30 s each on a loaded 2-core machine."""
+    kernels at once, ~30 s each on a loaded 2-core machine. On a fresh clone the compilation is
+    minutes of one core, so two processes share it (:data:`WARM_GROUPS`); then the controller
+    warms everything itself, which loads from the cache and compiles whatever the groups missed."""
     if hasattr(config, "workerinput"):  # an xdist worker: the controller did it
         return
+    groups = [subprocess.Popen([sys.executable, "-c", code]) for code in WARM_GROUPS]
+    for g in groups:
+        g.wait()
     from perfsift.operators.warm import warm
     from perfsift.schemas.batches import warm_up_decoder
 
@@ -39,6 +65,37 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """``-n auto``: one worker per core, at most four. Each worker starts its own broker (about
     0.7 GB resident), and more workers would not shorten a suite led by a few long streaming tests."""
     return max(1, min(4, os.cpu_count() or 1))
+
+
+#: About how many seconds the longest test files take on two loaded cores (issue #29's measures:
+#: the cluster file 4-8 min, the chaos, scaling and e2e runs 30-48 s a test; faust's 47 s since its
+#: app's short session timeout; the e2e files' numbers are their tests' count times that).
+#: ``--dist loadfile`` hands whole files to the workers in collection order
+#: (``--no-loadscope-reorder`` in pyproject.toml; xdist's own order puts the files with the most
+#: tests first, which left these single long tests to the end), so these go first, longest first:
+#: the three-node cluster file starts on one worker at once while the others share the other
+#: worker. Only their order matters; a file not listed keeps its place after them.
+LONGEST_FILES: dict[str, float] = {
+    "tests/integration/test_kafka_cluster.py": 360,
+    "tests/e2e/test_report.py": 120,
+    "tests/e2e/test_cli.py": 90,
+    "tests/integration/test_adapters_faust.py": 50,
+    "tests/integration/test_chaos_chunked_state.py": 48,
+    "tests/integration/test_chaos_select.py": 45,
+    "tests/integration/test_scaling.py": 40,
+    "tests/e2e/test_live_report.py": 35,
+    "tests/e2e/test_encodings_cli.py": 30,
+}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The longest files first (:data:`LONGEST_FILES`), every file's tests kept together and in order."""
+    here = config.rootpath
+
+    def weight(item: pytest.Item) -> float:
+        return -LONGEST_FILES.get(item.path.relative_to(here).as_posix(), 0.0)
+
+    items.sort(key=weight)  # stable: the other files and each file's tests keep their order
 
 
 @pytest.fixture(scope="session")
@@ -80,6 +137,30 @@ def smoothed_means(samples: list[dict], window: int = 10) -> set[tuple[str, floa
     return {(n, sum(by_node[n][i : i + window]) / window) for n, rs in starts.items() for i in rs}
 
 
+def _assign_from_the_beginning(c: Any, topic: str, deadline: float) -> int:
+    """Assign every partition of ``topic`` to ``c`` from offset 0 (waiting for the topic to exist
+    until ``deadline``): no consumer group to join, which costs about 3 s on the embedded broker
+    (its initial rebalance delay) and is no part of what the tests read. The partitions assigned."""
+    from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+
+    while True:
+        md = c.list_topics(topic, timeout=10).topics.get(topic)
+        if md is not None and md.error is None and md.partitions:
+            c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in sorted(md.partitions)])
+            return len(md.partitions)
+        if time.monotonic() > deadline:
+            return 0
+        time.sleep(0.1)
+
+
+def _collect(m: Any, records: list[Any], decode: bool) -> None:
+    if decode:
+        rec = decode_any(m.value()).record  # any encoding; a column frame gives its samples
+        records.extend(rec) if isinstance(rec, list) else records.append(rec)
+    else:
+        records.append(m)
+
+
 def read_topic(
     props: dict[str, str], topic: str, until: Callable[[list[Any]], bool], timeout: float = 60.0, decode: bool = True
 ) -> list[Any]:
@@ -89,17 +170,39 @@ def read_topic(
 
     isolation = props.get("isolation.level", "read_uncommitted")  # the runner's settings, this reader's group
     c = Consumer(consumer_settings(props, f"reader-{uuid.uuid4().hex}", isolation))
-    c.subscribe([topic])
     records: list[Any] = []
     deadline = time.monotonic() + timeout
     try:
+        _assign_from_the_beginning(c, topic, deadline)
         while time.monotonic() < deadline and not until(records):
             for m in c.consume(5000, 0.2):
-                if m.error() is None and decode:
-                    rec = decode_any(m.value()).record  # any encoding; a column frame gives its samples
-                    records.extend(rec) if isinstance(rec, list) else records.append(rec)
-                elif m.error() is None:
-                    records.append(m)
+                if m.error() is None:
+                    _collect(m, records, decode)
+    finally:
+        c.close()
+    return records
+
+
+def read_to_end(props: dict[str, str], topic: str, timeout: float = 60.0, decode: bool = True) -> list[Any]:
+    """Everything on ``topic`` now: every partition read from the beginning to its end (the end the
+    broker reports when each is reached), as :func:`read_topic` gives it. Fails after ``timeout``."""
+    from confluent_kafka import Consumer, KafkaError
+
+    isolation = props.get("isolation.level", "read_uncommitted")
+    c = Consumer(consumer_settings(props, f"reader-{uuid.uuid4().hex}", isolation) | {"enable.partition.eof": True})
+    records: list[Any] = []
+    deadline = time.monotonic() + timeout
+    try:
+        ended: set[int] = set()
+        partitions = _assign_from_the_beginning(c, topic, deadline)
+        assert partitions, f"no topic {topic}"
+        while len(ended) < partitions:
+            assert time.monotonic() < deadline, f"{topic}: only partitions {sorted(ended)} read to their end"
+            for m in c.consume(5000, 0.2):
+                if (err := m.error()) is None:
+                    _collect(m, records, decode)
+                elif err.code() == KafkaError._PARTITION_EOF and (partition := m.partition()) is not None:
+                    ended.add(partition)
     finally:
         c.close()
     return records

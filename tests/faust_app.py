@@ -17,6 +17,9 @@ app = faust.App(
     store="memory://",
     topic_partitions=1,
     web_enabled=False,
+    # on the embedded broker a worker's group join took half the session timeout: 30 s a join with
+    # faust's default of 60 s, 5 s with this (measured in tests/integration/test_adapters_faust.py)
+    broker_session_timeout=10.0,
 )
 samples = app.topic(os.environ.get("PERFSIFT_FAUST_IN", "perf.raw"), value_serializer="json")
 out = app.topic(os.environ.get("PERFSIFT_FAUST_OUT", "perf.smoothed"), value_serializer="json")

@@ -29,6 +29,8 @@ from typing import Any
 
 import pytest
 
+from tests.kafka_cluster_security import broker_properties, tls_material
+
 POM = Path(__file__).with_name("kafka-cluster.pom.xml")
 #: the broker's version: the pom's (also read by .ci/run)
 KAFKA_VERSION = re.search(r"<kafka.version>(.+)</kafka.version>", POM.read_text()).group(1)  # type: ignore[union-attr]
@@ -88,8 +90,14 @@ class KafkaCluster:
         self.ids = list(range(1, nodes + 1))
         self.ports = {i: free_port() for i in self.ids}
         self.controller_ports = {i: free_port() for i in self.ids}
+        #: the SASL_SSL listener (SCRAM-SHA-512, ACLs) as the prod overlay sets it up: tests/kafka_cluster_security.py
+        self.sasl_ports = {i: free_port() for i in self.ids}
+        self.secure_bootstrap = ",".join(f"{HOST}:{self.sasl_ports[i]}" for i in self.ids)
+        self.ca, self.keystore = tls_material(self.root / "tls")
         self.extra = extra or {}
-        self.cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        self.cluster_id = "-"
+        while self.cluster_id.startswith("-"):  # StorageTool would read "-t -abc" as an option
+            self.cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
         self.bootstrap = ",".join(f"{HOST}:{self.ports[i]}" for i in self.ids)
 
@@ -99,11 +107,12 @@ class KafkaCluster:
             "process.roles": "broker,controller",
             "node.id": str(i),
             "controller.quorum.voters": voters,
-            "listeners": f"PLAINTEXT://{HOST}:{self.ports[i]},CONTROLLER://{HOST}:{self.controller_ports[i]}",
-            "advertised.listeners": f"PLAINTEXT://{HOST}:{self.ports[i]}",
+            "listeners": f"PLAINTEXT://{HOST}:{self.ports[i]},SASL_SSL://{HOST}:{self.sasl_ports[i]},"
+            f"CONTROLLER://{HOST}:{self.controller_ports[i]}",
+            "advertised.listeners": f"PLAINTEXT://{HOST}:{self.ports[i]},SASL_SSL://{HOST}:{self.sasl_ports[i]}",
             "controller.listener.names": "CONTROLLER",
             "inter.broker.listener.name": "PLAINTEXT",
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_SSL:SASL_SSL",
             "log.dirs": str(self.root / f"node{i}" / "data"),
             "num.partitions": "3",
             "default.replication.factor": "3",
@@ -120,6 +129,7 @@ class KafkaCluster:
             "background.threads": "2",
             "log.segment.bytes": str(16 << 20),
             "unclean.leader.election.enable": "false",
+            **broker_properties(self.keystore),
             **self.extra,
         }
         path = self.root / f"node{i}" / "server.properties"

@@ -21,7 +21,7 @@ import orjson
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from perfsift.producers.synth import spmd
 from perfsift.schemas.detect import decode_any
-from perfsift.streams.clients import assign_from_start, consumer_settings, create_pipeline_topics
+from perfsift.streams.clients import assign_from_start, consumer_settings, create_pipeline_topics, where
 from perfsift.streams.config import PipelineConfig, load_pipeline
 
 from tests.kafka_cluster import KafkaCluster
@@ -42,10 +42,12 @@ OUTPUTS: dict[str, tuple[str, ...] | None] = {
 
 
 def write_pipeline(tmp_path: Path, prefix: str, extra: str = "") -> PipelineConfig:
-    """node (sliding mean, forecast) -> select (reduce). A period of the select stage closes only once
-    every node has passed its end (slack 1000 rows is never reached): after a kill -9 the restarted
-    node stage catches up partition by partition, so some nodes run ahead of others, and a period
-    closed early by slack would hold other rows than in the uninterrupted run."""
+    """node (sliding mean, forecast) -> select (reduce). A period of the select stage closes once
+    every node has passed its end, except a job's first, which closes only when a node is ``slack``
+    rows past its end (pursuit). Each node sends the select stage 24 rows (one per 5 s of trace), 4
+    a period: slack 12 closes the first period at 80 s of trace, and is more than the lead one node
+    can take over another while a restarted node stage catches up partition by partition (a
+    period closed by slack would then hold other rows than in the uninterrupted run)."""
     text = f"""
 topic_prefix: "{prefix}"
 partitions: 6
@@ -69,7 +71,7 @@ stages:
     outputs: [perf.reduced, perf.selection, perf.control]
     operators:
       - type: reduce
-        pursuit: {{period: 20, window: 1, restarts: 3, slack: 1000}}
+        pursuit: {{period: 20, window: 1, restarts: 3, slack: 12}}
         full_every: 4
 {extra}"""
     path = tmp_path / f"{prefix.strip('.')}.yaml"
@@ -103,7 +105,9 @@ class Worker:
             "--http-port",
             "0",
         ]
-        self.log, self.env = log, {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+        # one name per worker that a restart keeps, as a pod's (a container restarted in its pod)
+        name = {"PERFSIFT_INSTANCE": f"{stage}-{uuid.uuid4().hex[:6]}", "PERFSIFT_LOG_LEVEL": "info"}
+        self.log, self.env = log, {**os.environ, "PYTHONUNBUFFERED": "1", **name, **(env or {})}
         self.proc = self._start()
 
     def _start(self) -> subprocess.Popen[bytes]:
@@ -204,7 +208,11 @@ def diff(a: Counter[bytes], b: Counter[bytes]) -> str:
 
 
 def run_pair(
-    cluster: KafkaCluster, tmp_path: Path, disturb: Callable[[list[Worker], list[int]], None], duration: int = DURATION
+    cluster: KafkaCluster,
+    tmp_path: Path,
+    disturb: Callable[[list[Worker], list[int]], None],
+    duration: int = DURATION,
+    rate: float = RATE,
 ) -> tuple[dict[str, list[Counter[bytes]]], str]:
     """The uninterrupted run (prefix ``u.``) and the disturbed one side by side; ``disturb`` gets
     the disturbed run's workers (node, select) and the publisher's progress."""
@@ -219,7 +227,7 @@ def run_pair(
     try:
         time.sleep(8)  # the groups join before data flows
         samples = trace(duration)
-        thread, progress = publisher(cluster.bootstrap, [c.topic("perf.raw") for c in cfgs], samples, rate=RATE)
+        thread, progress = publisher(cluster.bootstrap, [c.topic("perf.raw") for c in cfgs], samples, rate=rate)
         disturb(workers[1], progress)
         thread.join(300)
         got = settle(cluster.bootstrap, cfgs)
@@ -242,16 +250,19 @@ def prefix_of(w: Worker) -> str:
 
 def wait_growth(probe: Callable[[], int | None], timeout: float) -> None:
     """Until the probed offsets grow (the stage wrote and committed something)."""
-    first = probe()
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    start = time.monotonic()
+    first = now = probe()
+    while time.monotonic() - start < timeout:
         now = probe()
         if first is None:
             first = now
         elif now is not None and now > first:
             return
         time.sleep(0.2)
-    raise AssertionError("the stage wrote nothing")
+    raise AssertionError(
+        f"the stage wrote nothing from {time.strftime('%H:%M:%S')} - {timeout:.0f} s on "
+        f"(its output's offsets: {first} then {now})"
+    )
 
 
 def output_offsets(bootstrap: str, topic: str) -> Callable[[], int | None]:
@@ -266,3 +277,53 @@ def output_offsets(bootstrap: str, topic: str) -> Callable[[], int | None]:
             return None
 
     return probe
+
+
+def committed_offsets(bootstrap: str, worker: Worker) -> Callable[[], int | None]:
+    """A probe of the sum of the offsets ``worker``'s stage group committed on its input (None
+    while they cannot be asked): a stage's progress. Its outputs are no measure of it: the select
+    stage writes perf.reduced in bursts, at the start of a job (its first full periods)."""
+    prefix, args = prefix_of(worker), worker.args
+    stage = args[args.index("worker") + 1]
+    topic = prefix + {"node": "perf.raw", "select": "perf.smoothed.byjob"}[stage]
+    group = f"{prefix}perfsift.{stage}"
+    c = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": group, "isolation.level": "read_uncommitted", "log_level": 0}
+    )
+    parts = [TopicPartition(topic, p) for p in range(6)]
+
+    def probe() -> int | None:
+        try:
+            return sum(max(tp.offset, 0) for tp in c.committed(parts, timeout=5))
+        except KafkaException:
+            return None
+
+    return probe
+
+
+def payload_bytes(bootstrap: str, topic: str, until: dict[int, int] | None, isolation: str, parts: int = 3) -> int:
+    """Bytes of the values of ``topic`` (``parts`` partitions) below ``until`` per partition (None: up to the end)."""
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"check-{uuid.uuid4().hex[:6]}",
+            "isolation.level": isolation,
+            "enable.partition.eof": True,
+            "auto.offset.reset": "earliest",
+        }
+    )
+    c.assign([TopicPartition(topic, p, 0) for p in range(parts)])
+    total, done, deadline = 0, set[int](), time.monotonic() + 60
+    while len(done) < parts and time.monotonic() < deadline:
+        for m in c.consume(1000, 0.5):
+            if m.error() is not None:
+                done.add(m.partition() or 0)  # the end of a partition (EOF)
+                continue
+            _, p, offset = where(m)
+            if until is None or offset < until[p]:
+                total += len(m.value() or b"")
+            if until is not None and offset >= until[p] - 1:
+                done.add(p)
+    c.close()
+    assert len(done) == parts, f"{topic}: not read to the end in 60 s"
+    return total

@@ -165,9 +165,29 @@ def _data(buf, pos, end, met, cnt, met_mono, met_temp, pt_met, pt_time, pt_start
 
 
 @njit(cache=True)
-def read_requests(buf, starts, ends, cnt, res_msg, res_start, res_end, met_res, met_name, met_kind,  # type: ignore[no-untyped-def]
-                  met_mono, met_temp, met_start, met_end, pt_met, pt_time, pt_start, pt_val, pt_attr, pt_arange,
-                  bad):  # fmt: skip
+def read_requests(  # type: ignore[no-untyped-def]
+    buf,
+    starts,
+    ends,
+    cnt,
+    res_msg,
+    res_start,
+    res_end,
+    met_res,
+    met_name,
+    met_kind,
+    met_mono,
+    met_temp,
+    met_start,
+    met_end,
+    pt_met,
+    pt_time,
+    pt_start,
+    pt_val,
+    pt_attr,
+    pt_arange,
+    bad,
+):
     """Read messages ``buf[starts[k]:ends[k]]``; ``cnt`` = [points, metrics, resources]. A message
     that does not parse (or overflows the arrays) has ``bad[k]`` set and leaves nothing behind."""
     fbuf = np.zeros(1, dtype=np.uint64)
@@ -254,8 +274,22 @@ def read_requests(buf, starts, ends, cnt, res_msg, res_start, res_end, met_res, 
                                     met_name[m] = _hash(buf, x, x + n4)
                                 elif field == 5 or field == 7:
                                     met_kind[m] = GAUGE if field == 5 else SUM
-                                    ok = _data(buf, x, x + n4, m, cnt, met_mono, met_temp, pt_met, pt_time, pt_start,
-                                               pt_val, pt_attr, pt_arange, fbuf)  # fmt: skip
+                                    ok = _data(
+                                        buf,
+                                        x,
+                                        x + n4,
+                                        m,
+                                        cnt,
+                                        met_mono,
+                                        met_temp,
+                                        pt_met,
+                                        pt_time,
+                                        pt_start,
+                                        pt_val,
+                                        pt_attr,
+                                        pt_arange,
+                                        fbuf,
+                                    )
                                 elif field <= 11:
                                     met_kind[m] = OTHER
                                 x += n4
@@ -297,8 +331,27 @@ class WireArrays:
     def read(self, buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
         """Read the messages; returns which did not parse."""
         bad = np.zeros(len(starts), dtype=np.bool_)
-        read_requests(buf, starts, ends, self.cnt, self.res_msg, self.res_start, self.res_end, self.met_res,
-                      self.met_name, self.met_kind, self.met_mono, self.met_temp, self.met_start, self.met_end,
-                      self.pt_met, self.pt_time, self.pt_start, self.pt_val, self.pt_attr, self.pt_arange,
-                      bad)  # fmt: skip
+        read_requests(
+            buf,
+            starts,
+            ends,
+            self.cnt,
+            self.res_msg,
+            self.res_start,
+            self.res_end,
+            self.met_res,
+            self.met_name,
+            self.met_kind,
+            self.met_mono,
+            self.met_temp,
+            self.met_start,
+            self.met_end,
+            self.pt_met,
+            self.pt_time,
+            self.pt_start,
+            self.pt_val,
+            self.pt_attr,
+            self.pt_arange,
+            bad,
+        )
         return bad

@@ -11,7 +11,8 @@ value gives no point. Names (documented in docs/pipeline.md, OTLP out):
 record             gauges                                                     point attributes
 =================  =========================================================  ===================
 perf.reduced       ``perfsift.reduced.<metric>`` (each metric of the record)  --
-perf.forecast      ``perfsift.forecast``, ``.lower``, ``.upper``, ``.sigma``  ``metric``
+perf.forecast      ``perfsift.forecast``, ``.lower``, ``.upper``, ``.sigma``, ``metric``
+                   ``.mae_forecast``, ``.lower_mae``, ``.upper_mae``, ``.mae``
 perf.contract      ``perfsift.contract.violation``, ``.violation.smoothed``,  (``space`` on
                    ``.violated`` (1 violated, 0 ok; none when unknown),       ``.space.violation``)
                    ``perfsift.contract.space.violation``
@@ -29,11 +30,21 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportM
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, InstrumentationScope, KeyValue
 from opentelemetry.proto.metrics.v1.metrics_pb2 import Metric, ResourceMetrics, ScopeMetrics
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
+from perfsift.schemas.forecast_wire import complete_forecast
 
 #: the kinds of record that have an OTLP form
 KINDS = ("reduced", "forecast", "contract", "prediction")
 SCOPE = InstrumentationScope(name="perfsift")
-_BOUNDS = (("forecast", ""), ("lower", ".lower"), ("upper", ".upper"), ("sigma", ".sigma"))
+_BOUNDS = (
+    ("forecast", ""),
+    ("lower", ".lower"),
+    ("upper", ".upper"),
+    ("sigma", ".sigma"),
+    ("mae_forecast", ".mae_forecast"),
+    ("lower_mae", ".lower_mae"),
+    ("upper_mae", ".upper_mae"),
+    ("mae", ".mae"),
+)
 _PREDICTED = ("mean", "lower", "upper", "sigma", "observed", "violation")
 
 #: one gauge point: (gauge name, point attributes, seconds, value)
@@ -51,6 +62,7 @@ def points(kind: str, rec: dict[str, Any]) -> list[Point]:
         return [(f"perfsift.reduced.{m}", (), ts, float(v)) for m, v in rec["metrics"].items() if _number(v)]
     if kind == "forecast":
         attrs: tuple[tuple[str, str], ...] = (("metric", str(rec["metric"])),)
+        rec = complete_forecast(dict(rec))  # a record as written lacks its bounds (schemas/forecast_wire.py)
         return [
             (f"perfsift.forecast{suffix}", attrs, ts, float(rec[f])) for f, suffix in _BOUNDS if _number(rec.get(f))
         ]

@@ -65,10 +65,13 @@ def noise_scale(v: np.ndarray) -> np.ndarray:
     >>> noise_scale(v).round(3).tolist()  # node 0's offset of 100 does not count, its noise does
     [1.048]
     """
+    # np.median where nothing is missing (the usual case): np.nanmedian on these small arrays is
+    # about 3x slower, a tenth of an update at P = n = 12 (the same values)
+    median = np.nanmedian if np.isnan(v).any() else np.median
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        c = v - np.nanmedian(v, axis=0, keepdims=True)
-        s = 1.4826 * np.nanmedian(np.abs(np.diff(c, axis=1)), axis=(0, 1)) / np.sqrt(2)
+        c = v - median(v, axis=0, keepdims=True)
+        s = 1.4826 * median(np.abs(np.diff(c, axis=1)), axis=(0, 1)) / np.sqrt(2)
     return np.where(np.isfinite(s) & (s > 0), s, 1.0)
 
 

@@ -9,17 +9,18 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.cli import perfsift
+from tests.e2e.conftest import DemoRun
 
 pytestmark = pytest.mark.e2e
 
 
-def test_run_on_the_embedded_default_processes_every_demo_sample(tmp_path: Path) -> None:
-    summary = tmp_path / "summary.json"
-    r = perfsift("run", "--summary-json", str(summary), "--no-report", cwd=tmp_path)
+def test_run_on_the_embedded_default_processes_every_demo_sample(demo_run: DemoRun) -> None:
+    """The session's ``perfsift run`` with no flags (tests/e2e/conftest.py; its report is
+    test_report.py's)."""
+    r = demo_run
     assert r.returncode == 0, r.stderr[-3000:]
-    assert not (tmp_path / "perfsift-report").exists()  # the default folder is tested in test_report.py
     assert "every sample processed" in r.stdout
-    s = json.loads(summary.read_text())
+    s = r.summary
     assert s["published"] == 9600 and s["rejected_lines"] == 0
     assert s["guarantee"] == "at_least_once"  # embedded broker
     # node: clean and sliding mean in one stage; the bundled demo adds its contract, its model's
@@ -73,8 +74,9 @@ def test_run_replays_a_given_trace_and_counts_bad_lines(tmp_path: Path, mode: st
     lines.insert(10, "{broken")
     trace.write_text("\n".join(lines) + "\n")
     summary = tmp_path / "s.json"
-    r = perfsift("run", "--trace", str(trace), "--summary-json", str(summary), mode, "--no-report")
+    r = perfsift("run", "--trace", str(trace), "--summary-json", str(summary), mode, "--no-report", cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
+    assert not (tmp_path / "perfsift-report").exists()  # --no-report: not even the default folder
     s = json.loads(summary.read_text())
     assert s["published"] == 50 and s["rejected_lines"] == 1
     # the node stage's output, the smoothed means, goes to the select stage as column frames, which

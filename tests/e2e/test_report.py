@@ -17,6 +17,7 @@ from perfsift.producers.synth import spmd
 from perfsift.producers.traces import write_samples
 
 from tests.e2e.cli import perfsift
+from tests.e2e.conftest import DemoRun
 from tests.planted import NODE, planted_trace
 
 pytestmark = pytest.mark.e2e
@@ -133,12 +134,11 @@ def test_analyze_then_report_renders_every_plot_in_chromium(tmp_path: Path, chro
     assert shot.stat().st_size > 50_000 and shot.read_bytes()[:4] == b"\x89PNG"
 
 
-def test_run_on_the_embedded_default_writes_a_report_with_no_empty_section(tmp_path: Path, chromium: str) -> None:
+def test_run_on_the_embedded_default_writes_a_report_with_no_empty_section(demo_run: DemoRun, chromium: str) -> None:
     """``perfsift run`` with no flags (the bundled demo, with its contract, model and application
-    metric iter_time) fills every section of the report (#31)."""
-    folder = tmp_path / "perfsift-report"  # the default folder, in the current folder
-    r = perfsift("run", timeout=400, cwd=tmp_path)
-    assert r.returncode == 0, r.stderr[-3000:]
+    metric iter_time; the session's run, tests/e2e/conftest.py) fills every section of the report (#31)."""
+    folder = demo_run.report  # the default folder, in the current folder
+    assert demo_run.returncode == 0, demo_run.stderr[-3000:]
     for name in ("selection.jsonl", "reduced.jsonl", "contract.jsonl", "prediction.jsonl"):
         assert (folder / name).stat().st_size > 0, name
     console: list[str] = []

@@ -23,6 +23,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from perfsift.operators.smooth import SlidingMean
 from perfsift.schemas import batch_to_samples, samples_to_batch
+from perfsift.streams.broker import free_port
 
 from tests.conftest import read_topic
 
@@ -62,8 +63,12 @@ def start_worker(bootstrap: str, app: str, topic_in: str, topic_out: str, log: P
     )
     with log.open("ab") as out:
         return subprocess.Popen(
-            [FAUST, "-A", "tests.faust_app", "worker", "-l", "info"], cwd=ROOT, env=env, stdout=out, stderr=out
-        )
+            # loopback only, on a free port: faust binds its web port (0.0.0.0:6066 by default) even
+            # with the web server off, and a leftover worker would make the next one fail
+            [FAUST, "-A", "tests.faust_app", "worker", "-l", "info", "--without-web", "--web-bind", "127.0.0.1",
+             "--web-port", str(free_port())],
+            cwd=ROOT, env=env, stdout=out, stderr=out,
+        )  # fmt: skip
 
 
 def read_json(props: dict, topic: str, n: int, timeout: float) -> list[dict]:

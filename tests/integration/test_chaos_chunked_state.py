@@ -18,7 +18,7 @@ from perfsift.streams.config import load_pipeline
 from perfsift.streams.state_chunks import is_manifest, manifest_of, split_chunk_key
 from perfsift.streams.topics import STATE_TOPIC
 
-from tests.conftest import read_topic
+from tests.conftest import read_to_end, read_topic
 from tests.integration.test_chaos_select import REDUCE, reference, trace, worker
 
 CHUNK = 2048
@@ -48,8 +48,8 @@ def pipeline(tmp_path: Path, prefix: str) -> Path:
 
 
 def chunked_manifests(kafka: dict, topic: str) -> dict[bytes, dict]:
-    """The latest manifest per key on the state topic so far (a read of what is there, a few seconds)."""
-    msgs = read_topic(kafka, topic, lambda r: False, timeout=4, decode=False)
+    """The latest manifest per key on the state topic so far (all that is there now)."""
+    msgs = read_to_end(kafka, topic, decode=False)
     return {m.key(): manifest_of(m.value()) for m in msgs if m.value() is not None and is_manifest(m.value())}
 
 
@@ -120,6 +120,6 @@ def test_select_worker_killed_mid_stream_restores_chunked_state_and_gives_the_un
     # the restarted worker resumed every partition that had a chunked snapshot from it
     assert stats["restored_partitions"] >= len(before), detail
     assert "incomplete" not in logs[1].read_text()  # the manifest comes after its chunks, in order
-    state = read_topic(kafka, cfg.topic(STATE_TOPIC), lambda r: False, timeout=4, decode=False)
+    state = read_to_end(kafka, cfg.topic(STATE_TOPIC), decode=False)
     slots = {split_chunk_key(m.key())[1] for m in state if split_chunk_key(m.key()) is not None}  # type: ignore[index]
     assert slots == {0, 1}  # the snapshots alternate between the two slots

@@ -17,7 +17,7 @@ from perfsift.streams.runner import StageRunner, run_in_thread
 from perfsift.streams.state_chunks import is_manifest, manifest_of
 from perfsift.streams.topics import STATE_TOPIC
 
-from tests.conftest import read_topic
+from tests.conftest import read_to_end
 from tests.integration.test_chaos_chunked_state import pipeline
 from tests.integration.test_chaos_select import trace
 
@@ -46,7 +46,7 @@ def test_chunked_snapshots_fall_due_at_their_share_and_a_new_worker_restores_fro
     a.stop()
     thread.join(60)
     assert a.stats.records_in == len(samples)
-    state = read_topic(kafka, cfg.topic(STATE_TOPIC), lambda r: False, timeout=4, decode=False)
+    state = read_to_end(kafka, cfg.topic(STATE_TOPIC), decode=False)
     manifests = [manifest_of(m.value()) for m in state if m.value() is not None and is_manifest(m.value())]
     assert manifests and min(m["chunks"] for m in manifests) >= 5  # due at the share, and in chunks
     chunked = sum(len(m.value()) for m in state if m.key() is not None and b"/chunk/" in m.key())

@@ -17,6 +17,18 @@ from tests.conftest import read_topic, wait_until
 
 pytestmark = pytest.mark.integration
 
+#: every forecast field and its OTLP gauge (formats/otlp/otlp_out.py)
+FORECAST_GAUGES = (
+    ("forecast", ""),
+    ("lower", ".lower"),
+    ("upper", ".upper"),
+    ("sigma", ".sigma"),
+    ("mae_forecast", ".mae_forecast"),
+    ("lower_mae", ".lower_mae"),
+    ("upper_mae", ".upper_mae"),
+    ("mae", ".mae"),
+)
+
 
 def samples(seed: int = 1) -> list[dict]:
     rng = np.random.default_rng(seed)
@@ -100,10 +112,12 @@ stages:
                 want[(rec["job"], rec["node"], round(rec["ts"] * 1e9), f"perfsift.reduced.{name}", ())] = v
     for rec in forecast:
         attrs = (("metric", rec["metric"]),)
-        for field, gauge in (("forecast", ""), ("lower", ".lower"), ("upper", ".upper"), ("sigma", ".sigma")):
+        for field, gauge in FORECAST_GAUGES:
             if rec[field] is not None:
                 want[(rec["job"], rec["node"], round(rec["ts"] * 1e9), f"perfsift.forecast{gauge}", attrs)] = rec[field]
     assert got == want  # every value, and nothing else
+    # the MAE bound is there too (METHODS.md 5.3), derived by the reader as the bounds are
+    assert {k[3] for k in got} >= {f"perfsift.forecast{gauge}" for _, gauge in FORECAST_GAUGES}
     assert {k[1] for k in got} == {s["node"] for s in data}
     # each message is keyed by its resource's node
     for m in otlp:

@@ -45,9 +45,11 @@ def test_the_default_pipeline_writes_less_than_it_reads(demo: tuple[dict, Path])
     assert volume["bytes_written_ratio"] <= 1.0
     # 0.290 when the node stage forecast two named metrics (1,920 records); 0.344 since the select
     # stage forecasts the three kept ones of every selected row (2,832 records), on any data (#31);
-    # 0.487 since each forecast record carries the MAE bound beside the MSE one (#33: four more
-    # numbers a record; the reduced stream itself stays under 0.2). A budget to win back (docs/benchmarks.md).
-    assert volume["bytes_written_compressed_ratio"] <= 0.5
+    # 0.487 when each forecast record carried the MAE bound beside the MSE one (#33: four more
+    # numbers a record); 0.339 since the bounds, and mae_forecast where it equals the forecast, are
+    # derived by readers instead of written (schemas/forecast_wire.py; docs/benchmarks.md)
+    assert volume["bytes_written_compressed_ratio"] <= 0.35
+    assert volume["topics"]["perf.forecast"]["compressed_ratio"] <= 0.14
     reduced = volume["topics"]["perf.reduced"]
     assert reduced["compressed_ratio"] <= 0.2 and reduced["ratio"] <= 0.2
     # smoothed samples go out as column frames: a few messages, not one per sample

@@ -29,7 +29,8 @@ from perfsift.producers.demo import (
 )
 from perfsift.producers.traces import iter_samples
 from perfsift.schemas import samples_to_batch
-from perfsift.streams.config import load_pipeline, with_demo
+from perfsift.streams.config import load_pipeline
+from perfsift.streams.presets import with_demo
 
 #: sha256 of the bundled trace's records with only the twelve system metrics, as the trace was
 #: before iter_time joined it (commit 91d1734's demo.jsonl.gz, every record re-encoded by orjson)

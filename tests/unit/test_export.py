@@ -142,6 +142,32 @@ def test_forecasts_with_bounds_and_contract_levels() -> None:
     }
 
 
+def test_a_forecast_as_written_exposes_its_derived_bounds_and_the_mae_bound() -> None:
+    """perf.forecast carries neither bounds nor a mae_forecast equal to the forecast
+    (schemas/forecast_wire.py): the exporter derives them, so every forecast family is there, with
+    the operator's values."""
+    import numpy as np
+    import orjson
+    from perfsift.operators.batch import Batch
+    from perfsift.operators.forecast.forecast import PRIMARIES, ForecastBank
+    from perfsift.schemas.encode import encode_forecasts
+
+    x = np.random.default_rng(3).normal(100.0, 5.0, (40, 1))
+    batch = Batch.from_columns(ts=np.arange(40.0), nodes=["n1"] * 40, metrics=["cpu"], values=x)
+    out, bank = ForecastBank().update(batch), ForecastBank()
+    made = bank.records(bank.update(batch))[-1]
+    wire = orjson.loads(encode_forecasts(out, PRIMARIES)[0][-1])
+    assert "lower" not in wire and "lower_mae" not in wire and made["lower_mae"] is not None
+    lv = LatestValues()
+    lv.add("forecast", [wire])
+    got = scrape(lv)
+    key = (("job", "default"), ("metric", "cpu"), ("node", "n1"))
+    fields = ("forecast", "lower", "upper", "sigma", "mae_forecast", "lower_mae", "upper_mae", "mae")
+    assert {f: got[(f"perfsift_forecast{'' if f == 'forecast' else '_' + f}", key)] for f in fields} == {
+        f: made[f] for f in fields
+    }
+
+
 def test_records_without_their_fields_are_refused_and_counted() -> None:
     lv = LatestValues()
     lv.add("contract", [{"ts": 1.0, "node": "n1", "state": "bogus"}, {"node": "n1", "state": "ok"}])

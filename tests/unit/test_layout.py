@@ -215,6 +215,26 @@ def test_no_module_is_longer_than_a_job() -> None:
     assert not long, f"modules over {MAX_LINES} lines: {long}"
 
 
+#: modules that may still hold ``# fmt: skip`` lines, with the reason
+FMT_SKIP_ALLOWED = {
+    # 2 lines; formatted it is 507 lines: the split belongs with the operator work of the same wave
+    "operators/clean/clean.py": "formatted, over the line cap until split",
+}
+
+
+def test_product_code_is_formatted_as_ruff_says() -> None:
+    """No ``# fmt: skip`` in product code (lines squeezed to fit the 500-line cap: split instead),
+    except a line that gives its reason after it (``# fmt: skip — table``) and the modules listed."""
+    skipped = [
+        f"{path.relative_to(ROOT)}:{i}"
+        for path in modules().values()
+        if str(path.relative_to(ROOT)) not in FMT_SKIP_ALLOWED
+        for i, line in enumerate(path.read_text().splitlines(), 1)
+        if line.rstrip().endswith("# fmt: skip")
+    ]
+    assert not skipped, f"# fmt: skip without a reason in product code: {skipped}"
+
+
 def test_every_package_folder_is_installed() -> None:
     """``pip install .`` (not editable) installs only the packages pyproject lists: a new folder
     with an ``__init__.py`` left out of the list imports in an editable install and in the tests,

@@ -92,8 +92,18 @@ def test_a_stage_adds_the_otlp_copy_of_what_it_emits(tmp_path, encoding: str) ->
     want = {
         (r["node"], f"perfsift.forecast{suffix}", (("metric", "x"),), round(r["ts"] * 1e9)): r[f]
         for r in records
-        for f, suffix in (("forecast", ""), ("lower", ".lower"), ("upper", ".upper"), ("sigma", ".sigma"))
+        for f, suffix in (
+            ("forecast", ""),
+            ("lower", ".lower"),
+            ("upper", ".upper"),
+            ("sigma", ".sigma"),
+            ("mae_forecast", ".mae_forecast"),
+            ("lower_mae", ".lower_mae"),
+            ("upper_mae", ".upper_mae"),
+            ("mae", ".mae"),
+        )
         if r[f] is not None
     }
     assert got == want
+    assert {name for _, name, _, _ in got} >= {"perfsift.forecast.lower_mae", "perfsift.forecast.mae"}
     assert emitted.topics["my.otlp"][1] == [b"n0", b"n1"]

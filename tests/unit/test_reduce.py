@@ -245,3 +245,26 @@ def test_the_summary_counts_the_nodes_pursuit_names_per_job() -> None:
     assert line is not None
     shown = ", ".join(f"{n} ({c}{' periods' if i == 0 else ''})" for i, (n, c) in enumerate(apart.items()))
     assert line.startswith("default: keeps ") and line.endswith(f"nodes apart: {shown}"), line
+
+
+def test_the_summary_says_when_pursuit_analysed_fewer_nodes_than_the_job_has() -> None:
+    """A backlog read one upstream partition after another (a replay faster than the node stage):
+    the nodes n0-n3 arrive for the whole trace before n4-n7, pursuit's periods close with 4 nodes,
+    and the summary and the closing line say so (#32); in time order every period has all 8."""
+    from perfsift.cli.pipeline import _selections
+
+    batch = bursty_writers()
+    first = np.isin(np.array(batch.nodes)[batch.node_idx], ["n0", "n1", "n2", "n3"])
+    in_time = Reduce(pursuit={"period": 30.0, "window": 1, "slack": 8}, full_every=0)
+    in_time.update(batch)
+    grouped = Reduce(pursuit={"period": 30.0, "window": 1, "slack": 8}, full_every=0)
+    grouped.update(batch.take(np.flatnonzero(first)))
+    restored = Reduce(pursuit={"period": 30.0, "window": 1, "slack": 8}, full_every=0)
+    restored.restore(grouped.snapshot())
+    restored.update(batch.take(np.flatnonzero(~first)))
+    ok, short = in_time.summary()["default"], restored.summary()["default"]
+    assert (ok["nodes_seen"], ok["fewest_nodes"]) == (8, 8)
+    assert (short["nodes_seen"], short["fewest_nodes"]) == (8, 4)
+    line_ok, line_short = _selections(in_time.summary()), _selections(restored.summary())
+    assert line_ok is not None and "pursuit analysed only" not in line_ok
+    assert line_short is not None and "pursuit analysed only 4 of 8 nodes in some periods" in line_short
