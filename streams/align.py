@@ -9,9 +9,9 @@ watermark alignment, the :class:`Aligner` holds back the partitions that run ahe
   message it holds back, else the newest it let through. The *floor* is the lowest head of the
   partitions that still have data: a partition at its end (``PARTITION_EOF``) does not count until
   new data comes, nor one that delivered nothing for ``idle_s`` since it was assigned, resumed or
-  last delivered (a newly assigned partition usually reports its end or its data at once; librdkafka
-  does not report an end twice at the same offset, e.g. after a pause), so an empty or quiet
-  partition never stalls a stage.
+  last delivered (a partition reports its data or its end at once, also when resumed at its end:
+  the idle time is a safety net should an end event be lost), so an empty or quiet partition
+  never stalls a stage.
 - Messages of a partition are let through while their event time (running maximum) is at most
   ``floor + skew``; the rest is held, and a partition that holds messages or whose newest event
   time is beyond the bound is paused (``consumer.pause``: librdkafka stops fetching it and drops
