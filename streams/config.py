@@ -131,7 +131,7 @@ class PipelineConfig:
     #: the event-time skew (seconds) a stage allows between its input partitions: a partition whose
     #: samples run further ahead of the slowest one that still has data is paused until the others
     #: catch up (:mod:`~perfsift.streams.align`; ``.inf``: no alignment, partitions in fetch order)
-    event_time_skew_s: float = 30.0
+    event_time_skew_s: float = 120.0
     #: topic that gets perf.reduced, perf.forecast, perf.contract and perf.prediction again as OTLP
     #: protobuf metrics ("" = none; ``true`` in the file means :data:`OTLP_TOPIC`)
     otlp_out: str = ""
