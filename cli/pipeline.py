@@ -43,8 +43,8 @@ from rich.markup import escape
 from rich.table import Table
 
 #: trace seconds per wall second of the bundled demo's replay in ``perfsift run`` without --speed
-#: (its 600 s in 15 s): paced like live producers, so that the node stage keeps up with every
-#: partition and pursuit sees every node of each period
+#: (its 600 s in 15 s): paced like live producers (``--speed 0`` replays it at once; the stages
+#: then read that backlog in event-time order, ``event_time_skew_s``, and pursuit still sees every node)
 DEMO_SPEED = 40.0
 
 

@@ -128,6 +128,10 @@ class PipelineConfig:
     #: the largest state message: a snapshot larger than this goes out as zstd-compressed chunks of
     #: at most this many bytes and a manifest (:mod:`~perfsift.streams.state_chunks`)
     snapshot_chunk_bytes: int = 524_288
+    #: the event-time skew (seconds) a stage allows between its input partitions: a partition whose
+    #: samples run further ahead of the slowest one that still has data is paused until the others
+    #: catch up (:mod:`~perfsift.streams.align`; ``.inf``: no alignment, partitions in fetch order)
+    event_time_skew_s: float = 120.0
     #: topic that gets perf.reduced, perf.forecast, perf.contract and perf.prediction again as OTLP
     #: protobuf metrics ("" = none; ``true`` in the file means :data:`OTLP_TOPIC`)
     otlp_out: str = ""
@@ -219,6 +223,7 @@ _SCALARS: dict[str, type] = {
     "snapshots": bool,
     "snapshot_share": float,
     "snapshot_chunk_bytes": int,
+    "event_time_skew_s": float,
     "otlp_out": str,
 }
 
@@ -379,6 +384,10 @@ def load_pipeline(
     if not cfg.snapshot_share > 0:  # NaN too
         raise ConfigError(
             f"{source}: snapshot_share must be > 0 (.inf: a snapshot at every commit), got {cfg.snapshot_share!r}"
+        )
+    if not cfg.event_time_skew_s >= 0:  # NaN too
+        raise ConfigError(
+            f"{source}: event_time_skew_s must be >= 0 (.inf: no alignment), got {cfg.event_time_skew_s!r}"
         )
     if cfg.snapshot_chunk_bytes < 1024:
         raise ConfigError(f"{source}: snapshot_chunk_bytes must be >= 1024, got {cfg.snapshot_chunk_bytes}")

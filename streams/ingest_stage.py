@@ -73,6 +73,8 @@ class IngestCheckpoints(Checkpoints):
 class IngestRunner(StageRunner):
     """A stage whose input is long records of ``stage.ingest.format`` (see the module docstring)."""
 
+    aligned = False  # its records are no samples (a source's own lateness rules order them)
+
     def __init__(self, stage: StageConfig, pipeline: PipelineConfig, kafka: dict[str, str], **kw: Any) -> None:
         self._ingest: IngestSettings | None = None  # the loop clock is off until set up
         super().__init__(stage, pipeline, kafka, **kw)

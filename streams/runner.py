@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import threading
 import time
 import uuid
@@ -30,6 +31,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from perfsift.schemas.batches import warm_up_decoder
 from perfsift.streams.access import AccessError, refused
+from perfsift.streams.align import forget, in_order, pace, restart, stage_aligner, timed, with_end_events
 from perfsift.streams.broker import is_embedded_cluster
 from perfsift.streams.checkpoint import Cadence, Checkpoints, Partition
 from perfsift.streams.clients import (
@@ -62,6 +64,8 @@ log = logging.getLogger("perfsift.runner")
 
 class StageRunner:
     """Runs one stage of a pipeline on Kafka until stopped.
+
+    It reads its input partitions in event-time order (``event_time_skew_s``, :mod:`~perfsift.streams.align`).
 
     Parameters
     ----------
@@ -124,6 +128,9 @@ class StageRunner:
         self.cooperative = False
         self.loop_started: float | None = None  # monotonic time the consume loop began (readiness)
         self.join_timeout_s = JOIN_TIMEOUT_S
+        self._align = stage_aligner(pipeline.event_time_skew_s if self.aligned else math.inf, pipeline.encoding)
+
+    aligned = True  #: whether the input partitions are read in event-time order (False: their records are no samples)
 
     def assigned(self) -> list[tuple[str, int]]:
         """Input partitions this instance owns now."""
@@ -161,7 +168,7 @@ class StageRunner:
         """The consumer's and the producer's configuration (:func:`~perfsift.streams.group.client_settings`)."""
         self.resolve_guarantee()
         txn_id = f"{self.group_id}.{self.instance}" if self.exactly_once else None
-        return client_settings(self.kafka, self.group_id, txn_id, self.is_embedded)
+        return with_end_events(client_settings(self.kafka, self.group_id, txn_id, self.is_embedded), self._align)
 
     def _statistics(self, client: str) -> Callable[[str], None]:
         return statistics_callback(self.stats.kafka, client, f"stage {self.stage.name}")
@@ -188,18 +195,20 @@ class StageRunner:
             self.loop_started = time.monotonic()
             last_msg = time.monotonic()
             while not self.stop_event.is_set():
-                msgs = self._consumer.consume(self.pipeline.batch_size, self.pipeline.batch_timeout_s)
+                wait = 0 if self._align.busy else self.pipeline.batch_timeout_s  # held messages to go
+                msgs = self._consumer.consume(self.pipeline.batch_size, wait)
                 self.last_loop = time.monotonic()
                 try:
                     self._tick(self.last_loop)
                     self.ready.set()
-                    if msgs:
+                    if msgs or self._align.pending:
                         last_msg = time.monotonic()
                         self._process(msgs)
                     elif idle_timeout_s is not None and time.monotonic() - last_msg > idle_timeout_s:
                         break
                     else:  # idle: still serve the producer's delivery reports and statistics
                         self._producer.poll(0)
+                        pace(self._consumer, self._align, self.last_loop)  # a new partition's idle time may be over
                     if time.monotonic() - self._last_commit >= self.pipeline.commit_interval_s:
                         self._commit()
                 except KafkaException as exc:
@@ -243,6 +252,7 @@ class StageRunner:
             self._in_txn = False
             self._delivery_errors.clear()
             self.stats.producers_replaced += 1
+            restart(self._consumer, self._align, list(self._parts))
             self._checkpoints.rewind(self._consumer, self._parts, self._fresh, self._fingerprint)
         except KafkaException as again:
             return again
@@ -289,6 +299,7 @@ class StageRunner:
         if self.stats.first_batch_at is None:
             self.stats.first_batch_at = time.monotonic()
         by_part: dict[tuple[str, int], list[Message]] = {}
+        ends: list[tuple[str, int]] = []
         for m in msgs:
             err = m.error()
             if err is not None:
@@ -296,14 +307,18 @@ class StageRunner:
                     raise refused
                 if err.code() != KafkaError._PARTITION_EOF:
                     log.warning("consume error on %s: %s", self.stage.name, err)
+                else:
+                    ends.append(where(m)[:2])
                 continue
             topic, partition, _ = where(m)
             by_part.setdefault((topic, partition), []).append(m)
-        for tp, ms in by_part.items():
+        now = time.monotonic()
+        for tp, ms in in_order(self._align, by_part, ends, now):  # the partitions ahead are held (align.py)
             part = self._parts.get(tp)
             if part is None:  # revoked between fetch and processing
                 continue
             self._process_partition(tp, part, ms)
+        pace(self._consumer, self._align, now)
         assert self._producer is not None
         self._producer.poll(0)
         self.stats.batches += 1
@@ -329,7 +344,8 @@ class StageRunner:
             self._dead_letter(ms[i], detail, kind)
 
         at = f"stage {self.stage.name}, {topic}:{partition}"
-        if step_records(part.chain, part.guard, values, self._decode, place, self._emit, park, at):
+        decode = timed(self._decode, self._align, tp)  # tells the aligner the batch's event time
+        if step_records(part.chain, part.guard, values, decode, place, self._emit, park, at):
             note_missing(part.chain, self.stats)
         part.next_offset = where(ms[-1])[2] + 1
         if self._silent:
@@ -386,6 +402,7 @@ class StageRunner:
             self._ensure_transaction()
             self._in_txn = False  # committed, or aborted and every owned partition back at its last commit:
             if not commit_or_abort(self._producer, self._consumer, offsets):
+                restart(self._consumer, self._align, list(self._parts))
                 return self._checkpoints.rewind(self._consumer, self._parts, self._fresh, self._fingerprint)
         else:
             self._flush_outputs()
@@ -439,6 +456,7 @@ class StageRunner:
             )
             self._parts.update(parts)
             self.stats.restored_partitions += len(restored)
+        self._align.assign([(tp.topic, tp.partition) for tp in partitions], time.monotonic())
         if self.cooperative:  # only the partitions that moved here; the others keep running
             consumer.incremental_assign(partitions)
         else:
@@ -461,6 +479,7 @@ class StageRunner:
             self._commit()
         for tp in partitions:
             self._parts.pop((tp.topic, tp.partition), None)
+        forget(consumer, self._align, partitions)
         self.stats.revoked_partitions += len(partitions)
         if self.cooperative and partitions:
             consumer.incremental_unassign(partitions)
@@ -469,6 +488,7 @@ class StageRunner:
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         for tp in partitions:  # lost: another member may own them already; do not commit
             self._parts.pop((tp.topic, tp.partition), None)
+        forget(consumer, self._align, partitions)
         if self.cooperative and partitions:
             consumer.incremental_unassign(partitions)
         log_partitions(self, "lost", partitions, logging.WARNING)
