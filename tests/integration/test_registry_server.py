@@ -6,6 +6,7 @@ of that registry, reads every record back equal to the records of the same stage
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,6 @@ from perfsift.streams.runner import StageRunner, run_in_thread
 
 from tests.conftest import read_topic, wait_until
 from tests.schema_registry import Registry
-from tests.schema_registry import schema_registry  # noqa: F401 - the session's registry, on demand
 
 pytestmark = [pytest.mark.integration, pytest.mark.schema_registry]
 
@@ -79,6 +79,10 @@ def run_stages(cfg: PipelineConfig, kafka: dict, data: list[dict]) -> dict[str, 
     return {topic: runners[i].stats.by_topic[topic] for i, topic in enumerate(OUTPUTS)}
 
 
+def at_least(n: int) -> Callable[[list[Any]], bool]:
+    return lambda records: len(records) >= n
+
+
 def test_confluent_avro_reads_back_from_a_real_registry(
     kafka: dict, prefix: str, tmp_path: Path, schema_registry: Registry
 ) -> None:
@@ -93,8 +97,8 @@ def test_confluent_avro_reads_back_from_a_real_registry(
     deser = AvroDeserializer(client)
     for kind in OUTPUTS:
         topic, n = avro.topic(kind), counts[kind]
-        msgs = read_topic(kafka, topic, lambda r, n=n: len(r) >= n, timeout=30, decode=False)
-        want = read_topic(kafka, ref.topic(kind), lambda r, n=n: len(r) >= n, timeout=30)
+        msgs = read_topic(kafka, topic, at_least(n), timeout=30, decode=False)
+        want = read_topic(kafka, ref.topic(kind), at_least(n), timeout=30)
         subject_id = client.get_latest_version(f"{topic}-value").schema_id
         assert {int.from_bytes(m.value()[1:5], "big") for m in msgs} == {subject_id}
         got: list[dict[str, Any]] = [deser(m.value(), SerializationContext(topic, MessageField.VALUE)) for m in msgs]
