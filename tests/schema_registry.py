@@ -113,6 +113,7 @@ def stop(registry: Registry) -> None:
     except subprocess.TimeoutExpired:
         registry.proc.kill()
         registry.proc.wait(10)
+    shutil.rmtree(registry.log.parent, ignore_errors=True)
 
 
 def missing_tools() -> str | None:
