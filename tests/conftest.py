@@ -22,6 +22,7 @@ from perfsift.streams.broker import EmbeddedBroker
 from perfsift.streams.clients import consumer_settings
 
 from tests.kafka_cluster import kafka_cluster  # noqa: F401 - the session's Apache Kafka cluster, on demand
+from tests.schema_registry import schema_registry  # noqa: F401 - the session's Schema Registry, on demand
 
 #: numba's kernels in two groups, compiled side by side into the cache by two processes before the
 #: workers start: the cleaner's one large kernel (the longest compile by far: over 3 CPU-minutes in
