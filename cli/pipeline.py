@@ -31,7 +31,7 @@ from perfsift.producers import demo_trace_path
 from perfsift.streams.access import AccessError, check_access, refused
 from perfsift.streams.broker import BrokerError, bootstrap_or_embedded
 from perfsift.streams.clients import create_pipeline_topics, kafka_properties, parse_props
-from perfsift.streams.config import ConfigError, load_pipeline, parse_settings
+from perfsift.streams.config import ConfigError, load_pipeline, parse_settings, with_overrides
 from perfsift.streams.http import HealthServer
 from perfsift.streams.ingest_stage import http_routes, stage_runner
 from perfsift.streams.logs import LogFormat, current_logging
@@ -289,6 +289,11 @@ def run(
         speed = DEMO_SPEED
     if adaptive and trace_path is None:
         raise fail("--adaptive makes the replay follow perf.control: give --trace with --follow")
+    if sample_host is not None:
+        # this machine's samples carry today's clock, the replayed trace its own: the stages'
+        # event-time alignment across partitions (streams/align.py) would hold the host's partition
+        # until the replay caught up with today, so it is off for such a mixed run
+        cfg = with_overrides(cfg, event_time_skew_s=float("inf"))
     stop = threading.Event()
     try:
         with bootstrap_or_embedded(bootstrap) as (bs, embedded), stop_on_signals(stop):
