@@ -179,7 +179,13 @@ def run(
             help="Trace to replay: SDDF, CSV or JSONL (default: the bundled demo).", exists=True, dir_okay=False
         ),
     ] = None,
-    timeout: Annotated[float, typer.Option(help="Give up waiting for the pipeline after this many seconds.")] = 300.0,
+    timeout: Annotated[
+        float,
+        typer.Option(
+            help="Give up waiting for the pipeline after this many seconds (a first run compiles the kernels: on a "
+            "busy machine that alone took over 300 s)."
+        ),
+    ] = 900.0,
     summary_json: Annotated[Path | None, typer.Option("--summary-json", help="Also write the summary here.")] = None,
     report: Annotated[
         Path | None,
@@ -358,7 +364,7 @@ def _watch(
             if not follow and local.caught_up():
                 break
             if not follow and local.elapsed() > timeout:
-                raise fail(f"the pipeline did not process every record within {timeout:.0f} s", 1)
+                raise fail(f"the pipeline did not process every record within {timeout:.0f} s (--timeout)", 1)
             time.sleep(0.1)
         elapsed = local.elapsed()
         jobs = local.jobs()

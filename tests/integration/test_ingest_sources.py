@@ -70,9 +70,9 @@ def fixture_value(name: bytes) -> float:
 
 
 def run_stage(
-    kafka: dict, prefix: str, tmp_path: Path, fmt: str
+    kafka: dict, prefix: str, tmp_path: Path, fmt: str, max_delay: float = 0.3
 ) -> tuple[IngestRunner, threading.Thread, PipelineConfig]:
-    cfg = load_pipeline(ingest_pipeline(tmp_path, prefix, 0.3, [fmt]))
+    cfg = load_pipeline(ingest_pipeline(tmp_path, prefix, max_delay, [fmt]))
     create_pipeline_topics(cfg, kafka)
     runner = stage_runner(cfg.stage(f"in_{fmt}"), cfg, kafka, embedded=True)
     assert isinstance(runner, IngestRunner)
@@ -174,7 +174,9 @@ def _post(url: str, body: bytes) -> int:
 def test_remote_write_requests_posted_to_the_worker_arrive_value_by_value(
     kafka: dict, prefix: str, tmp_path: Path
 ) -> None:
-    runner, thread, cfg = run_stage(kafka, prefix, tmp_path, "remote_write")
+    # the four requests are posted one after another: on a loaded machine more than 0.3 s apart,
+    # and a sample due before the last request's series (e.g. `up`) came went out without them
+    runner, thread, cfg = run_stage(kafka, prefix, tmp_path, "remote_write", max_delay=5.0)
     health = HealthServer(runner, 0, "127.0.0.1", post=http_routes(runner)).start()
     url = f"http://127.0.0.1:{health.port}/api/v1/write"
     bodies = [(DATA / f"prometheus-remote-write-{i}.bin").read_bytes() for i in range(1, 5)]
