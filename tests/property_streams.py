@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from hypothesis import strategies as st
@@ -82,3 +83,14 @@ def per_node(batch: Batch) -> dict[int, np.ndarray]:
 def streamed(op: object, stream: Stream) -> list[Batch]:
     """The operator's outputs for the stream's micro-batches."""
     return [op.update(part) for part in stream.parts()]  # type: ignore[attr-defined]
+
+
+def numbers(obj: Any) -> list[float]:
+    """Every float in a decoded record (nested dicts and lists), to check that all are finite."""
+    if isinstance(obj, float):
+        return [obj]
+    if isinstance(obj, dict):
+        return [x for v in obj.values() for x in numbers(v)]
+    if isinstance(obj, list):
+        return [x for v in obj for x in numbers(v)]
+    return []

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 import pytest
@@ -24,7 +23,7 @@ from perfsift.operators.predict import ModelPredictor
 from perfsift.operators.reduce import Reduce
 from perfsift.operators.reduction.reduction import DataReduction
 
-from tests.property_streams import Stream, streams
+from tests.property_streams import Stream, numbers, streams
 
 MODEL = """parameters:
   X: {metric: m0, min: 1}
@@ -71,16 +70,6 @@ def run(op: Operator, parts: list[Batch]) -> dict[str, list[str]]:
         for kind, rows in emitted(op, result).items():
             out.setdefault(kind, []).extend(rows)
     return {k: sorted(v) for k, v in out.items()}
-
-
-def numbers(obj: Any) -> list[float]:
-    if isinstance(obj, float):
-        return [obj]
-    if isinstance(obj, dict):
-        return [x for v in obj.values() for x in numbers(v)]
-    if isinstance(obj, list):
-        return [x for v in obj for x in numbers(v)]
-    return []
 
 
 @pytest.mark.parametrize("name", ["clean", "contract", "data_reduction", "reduce", "predict"])

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from perfsift.operators.batch import Batch
 from perfsift.operators.pursuit.pursuit import ProjectionPursuit
 
-from tests.property_streams import Stream, streams
+from tests.property_streams import Stream, numbers, streams
 
 
 def pursuit() -> ProjectionPursuit:
@@ -30,16 +30,6 @@ def run(stream_parts: list[Batch]) -> list[dict[str, Any]]:
     op = pursuit()
     out = [r for part in stream_parts for r in op.update(part)]
     return out + op.flush()
-
-
-def numbers(obj: Any) -> list[float]:
-    if isinstance(obj, float):
-        return [obj]
-    if isinstance(obj, dict):
-        return [x for v in obj.values() for x in numbers(v)]
-    if isinstance(obj, list):
-        return [x for v in obj for x in numbers(v)]
-    return []
 
 
 @settings(max_examples=4, deadline=None)
