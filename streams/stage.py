@@ -270,27 +270,43 @@ def sample_decoder(encoding: str | Encoding) -> SampleDecoder:
     return encoding_for(encoding).decode_samples
 
 
-def admit(
-    values: Sequence[bytes | None], guard: Guard, decode: SampleDecoder, place: Callable[[int], str], park: Park
-) -> tuple[Batch, list[int]]:
-    """Decode and guard one micro-batch: records over ``max_record_bytes``, records that do not
-    decode and samples over the other limits go to ``park`` (input position, reason, detail), in
-    that order; returns the batch of the others and, per row, its input position."""
+def sized(values: Sequence[bytes | None], guard: Guard, park: Park) -> Sequence[int]:
+    """The input positions of the records within ``max_record_bytes``; the others go to ``park`` as
+    ``record_too_large``."""
     big = guard.oversized(values)  # type: ignore[arg-type]
     for i in big:
         park(i, "record_too_large", f"{len(values[i] or b'')} bytes, more than {guard.limits.max_record_bytes}")
+    if not big:
+        return range(len(values))
     skip = set(big)
-    pos = [i for i in range(len(values)) if i not in skip] if big else range(len(values))
-    batch, kept, errors = decode([values[i] for i in pos] if big else values, lambda i: place(pos[i]))
+    return [i for i in range(len(values)) if i not in skip]
+
+
+def decoded(
+    values: Sequence[bytes | None], guard: Guard, decode: SampleDecoder, place: Callable[[int], str], park: Park
+) -> tuple[Batch, list[int]]:
+    """The records of one micro-batch within ``max_record_bytes`` (:func:`sized`), decoded: the
+    batch and, per row, its input position; a record that does not decode goes to ``park`` as
+    ``malformed``."""
+    pos = sized(values, guard, park)
+    whole = len(pos) == len(values)
+    batch, kept, errors = decode(values if whole else [values[i] for i in pos], lambda i: place(pos[i]))
     for e in errors:
         park(pos[e.index], "malformed", e.reason)
+    return batch, kept if whole else [pos[k] for k in kept]
+
+
+def guarded(batch: Batch, rows: list[int], guard: Guard, park: Park) -> tuple[Batch, list[int]]:
+    """The rows of ``batch`` within the partition's other limits (``Guard.check``) and, per row,
+    its input position (``rows``: the input position of each row of ``batch``); the samples over a
+    limit go to ``park`` with the limit's reason."""
     batch, refused = guard.check(batch)
     for row, reason, detail in refused:
-        park(pos[kept[row]], reason, detail)
+        park(rows[row], reason, detail)
     if refused:
         gone = {row for row, _, _ in refused}
-        kept = [k for row, k in enumerate(kept) if row not in gone]
-    return batch, [pos[k] for k in kept] if big else kept
+        rows = [p for row, p in enumerate(rows) if row not in gone]
+    return batch, rows
 
 
 def step(
@@ -315,6 +331,32 @@ def step(
     return True
 
 
+def step_batch(
+    chain: Chain,
+    guard: Guard,
+    batch: Batch,
+    rows: list[int],
+    publish: Callable[[Emitted], None],
+    park: Park,
+    at: str,
+    after: Callable[[Operator, Any, float], None] | None = None,
+) -> bool:
+    """A batch of samples through the rest of the stage: the limits (:func:`guarded`), the chain and
+    its outputs to ``publish`` (:func:`step`). ``rows`` is the input position of each row; a sample
+    over a limit goes to ``park`` with its position and reason, and when an operator fails every
+    record of the batch does (a column frame's once), as ``operator_failed``. The ingest stage's
+    assembled samples come in here; records, through :func:`step_records`. True when the chain ran."""
+    batch, kept = guarded(batch, rows, guard, park)
+    if not len(batch):
+        return False
+
+    def failed(why: str) -> None:
+        for i in dict.fromkeys(kept):
+            park(i, "operator_failed", why)
+
+    return step(chain, batch, publish, failed, at, after)
+
+
 def step_records(
     chain: Chain,
     guard: Guard,
@@ -326,20 +368,12 @@ def step_records(
     at: str,
     after: Callable[[Operator, Any, float], None] | None = None,
 ) -> bool:
-    """One micro-batch of records through the whole stage: decode, guard (:func:`admit`), the chain
-    and its outputs to ``publish`` (:func:`step`). Every record that does not make it goes to ``park``
-    with its input position and reason; when an operator fails, every record of the batch does (a
-    column frame's once), as ``operator_failed``. The Kafka runner and ``perfsift analyze`` both
-    run their records through here. True when the chain ran."""
-    batch, kept = admit(values, guard, decode, place, park)
-    if not len(batch):
-        return False
-
-    def failed(why: str) -> None:
-        for i in dict.fromkeys(kept):
-            park(i, "operator_failed", why)
-
-    return step(chain, batch, publish, failed, at, after)
+    """One micro-batch of records through the whole stage: decoded (:func:`decoded`: the size limit,
+    the decoder), then :func:`step_batch` (the other limits, the chain, its outputs to
+    ``publish``). Every record that does not make it goes to ``park`` with its input position and
+    reason. The Kafka runner and ``perfsift analyze`` both run their records through here. True
+    when the chain ran."""
+    return step_batch(chain, guard, *decoded(values, guard, decode, place, park), publish, park, at, after)
 
 
 def encode_decisions(
