@@ -196,7 +196,7 @@ class Aligner(Generic[T]):
 def event_times(values: Sequence[bytes | None], encoding: str) -> npt.NDArray[np.float64]:
     """Each sample message's newest event time (a column frame's newest row; ``-inf`` for one that
     does not decode), for :class:`Aligner` (decodes the messages once; vectorised per batch)."""
-    from perfsift.schemas.batches import decode_samples  # the runner's decoder; keeps this module light
+    from perfsift.schemas.encodings import decode_samples  # the runner's decoder; keeps this module light
 
     batch, kept, _ = decode_samples(values, None, encoding)
     out = np.full(len(values), -math.inf)

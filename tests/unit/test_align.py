@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 from perfsift.operators.batch import Batch
-from perfsift.schemas.encode import encode_batch
+from perfsift.schemas import encode_batch
 from perfsift.streams.align import Aligner, event_times
 
 A, B, C = ("in", 0), ("in", 1), ("in", 2)

@@ -13,9 +13,9 @@ import pytest
 from perfsift.operators.batch import Batch
 from perfsift.operators.forecast.forecast import PRIMARIES, ForecastBank
 from perfsift.operators.rounding import round_sig, round_sig_one
-from perfsift.schemas import codec_for
+from perfsift.schemas import codec_for, encode_records
 from perfsift.schemas.detect import decode_any
-from perfsift.schemas.encode import encode_forecasts, encode_records
+from perfsift.schemas.encode import encode_forecasts
 from perfsift.schemas.forecast_wire import DERIVED_FIELDS, complete_forecast, forecast_on_wire
 from perfsift.schemas.records import load_schema
 
