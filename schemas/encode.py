@@ -13,7 +13,7 @@ from perfsift.operators.batch import Batch
 from perfsift.operators.rounding import round_sig
 from perfsift.schemas.batches import batch_to_samples
 from perfsift.schemas.codecs import codec_for
-from perfsift.schemas.forecast_wire import forecast_on_wire
+from perfsift.schemas.forecast_json import forecasts_json
 
 
 def encode_batch(batch: Batch, codec: str = "json", schema: str = "sample") -> list[bytes]:
@@ -111,7 +111,7 @@ def encode_records(records: Iterable[dict[str, Any]], codec: str = "json", schem
     Forecast records go out without what readers derive (:mod:`~perfsift.schemas.forecast_wire`)."""
     if codec == "json":
         if schema == "forecast":
-            return [orjson.dumps(forecast_on_wire(r)) for r in records]
+            return forecasts_json(records)  # column-wise, the bytes of forecast_on_wire's dicts
         return [orjson.dumps(r) for r in records]
     c = codec_for(codec, schema)
     return [c.encode(r) for r in records]
