@@ -2,7 +2,7 @@
 for each record, with whole columns instead of a dict and eight roundings per record.
 
 The forecast bank's records (:func:`~perfsift.operators.forecast.records.forecast_records`: the
-fields in :data:`BANK_FIELDS`' order, numbers as floats or None) are taken apart into columns; the
+fields in the order of its ``FIELDS``, numbers as floats or None) are taken apart into columns; the
 bounds a reader derives (:func:`~perfsift.schemas.forecast_wire.complete_forecast`) are computed
 for all of them at once with :func:`~perfsift.operators.rounding.round_sig` (the vectorised twin of
 the reader's ``round_sig_one``, the same operations), and a field is left out where
@@ -25,25 +25,10 @@ from typing import Any
 
 import numpy as np
 import orjson
+from perfsift.operators.forecast.records import FIELDS as BANK_FIELDS
 from perfsift.operators.rounding import MAE_SIGMA, round_sig
 from perfsift.schemas.forecast_wire import forecast_on_wire
 
-#: the fields of a forecast bank's record, in its order (forecast_records)
-BANK_FIELDS = (
-    "ts",
-    "node",
-    "job",
-    "metric",
-    "forecast",
-    "sigma",
-    "lower",
-    "upper",
-    "method",
-    "mae_forecast",
-    "mae",
-    "lower_mae",
-    "upper_mae",
-)
 _TEXT = ("node", "job", "metric", "method")
 _TEMPLATE = b'{"ts":%s,"node":%s,"job":%s,"metric":%s,"forecast":%s,"sigma":%s%s%s,"method":%s%s,"mae":%s%s%s}'
 
