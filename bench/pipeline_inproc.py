@@ -34,8 +34,13 @@ def raw_messages(n: int, nodes: int = 64) -> list[tuple[bytes, bytes]]:
     out = []
     for s, t in enumerate(c["t"].tolist()):
         for q in range(nodes):
-            rec = {"ts": t, "node": f"n{q:03d}", "job": "sweep3d", "seq": s,
-                   "metrics": dict(zip(names, vals[s, q].tolist(), strict=True))}  # fmt: skip
+            rec = {
+                "ts": t,
+                "node": f"n{q:03d}",
+                "job": "sweep3d",
+                "seq": s,
+                "metrics": dict(zip(names, vals[s, q].tolist(), strict=True)),
+            }
             out.append((orjson.dumps(rec), rec["node"].encode()))
     return out
 
