@@ -128,7 +128,7 @@ class StageRunner:
         self.cooperative = False
         self.loop_started: float | None = None  # monotonic time the consume loop began (readiness)
         self.join_timeout_s = JOIN_TIMEOUT_S
-        self._align = stage_aligner(pipeline.event_time_skew_s if self.aligned else math.inf, pipeline.encoding)
+        self._align = stage_aligner(pipeline.event_time_skew_s if self.aligned else math.inf, codec)
 
     aligned = True  #: whether the input partitions are read in event-time order (False: their records are no samples)
 
