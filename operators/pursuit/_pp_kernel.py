@@ -6,9 +6,10 @@ The objective is the one of METHODS.md §1.5: ``f(A) = −I(polar(A))`` with gra
 passes over the rows using the symmetry of the cumulant tensors (10 distinct third-order and 15
 distinct fourth-order entries), about ``N(6d + 100)`` flops per evaluation. The optimiser is a
 L-BFGS (two-loop recursion, memory 10) with a strong-Wolfe line search and scipy's
-stopping rules (projected-gradient ``gtol``, relative reduction ``ftol``, ``maxiter``). Restarts
-run in a thread pool (the kernel releases the GIL); each restart is deterministic, so results do not depend on the
-number of threads.
+stopping rules (projected-gradient ``gtol``, relative reduction ``ftol``, ``maxiter``). Small
+problems run their restarts one after the other; large ones (``POOL_MIN_WORK``) spread them over a
+thread pool (the kernel releases the GIL). Each restart is deterministic, so results do not depend
+on the number of threads.
 
 The reference path (scipy L-BFGS-B over the numpy :func:`~perfsift.operators.pursuit.projection.moment_index`)
 stays available as ``optimizer="scipy"``; tests compare the two.
@@ -337,6 +338,11 @@ def lbfgs(a0, z, c3, c4, c4p, consts, gtol, ftol, maxiter, memory):  # type: ign
 
 
 CONSTS = (T2, T3, T4, M2, M3, M4, G3, G4, DELTA4)
+# Rows × sphered dimensions from which the restarts go to the thread pool. Below it a restart takes
+# about a millisecond (P = n = 12: 120 × 11) and handing it to a pool thread and waking the caller
+# cost more than they save: on 2 shared cores each hand-off waits for a time slice, and an update
+# at P = n = 12 spent 9 of its 30 ms waiting on the pool (docs/benchmarks.md).
+POOL_MIN_WORK = 20_000
 _POOLS: dict[int, ThreadPoolExecutor] = {}
 _POOLS_LOCK = threading.Lock()
 
@@ -360,8 +366,9 @@ def run(
     memory: int = 10,
     threads: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """L-BFGS from every start (R×d×3) on the rows z, restarts spread over threads (the kernel
-    releases the GIL). Returns (A* R×d×3, f* R, iterations R, evaluations R, status R)."""
+    """L-BFGS from every start (R×d×3) on the rows z, restarts spread over ``threads`` (default: the
+    cores, for problems of ``POOL_MIN_WORK`` or more; one below). Returns (A* R×d×3, f* R,
+    iterations R, evaluations R, status R), the same whatever the number of threads."""
     c3, c4, c4p = constants
     z = np.ascontiguousarray(z, dtype=np.float64)
 
@@ -369,7 +376,9 @@ def run(
         a0 = np.ascontiguousarray(a0, dtype=np.float64)
         return lbfgs(a0, z, c3, c4, c4p, CONSTS, gtol, ftol, maxiter, memory)
 
-    workers = min(len(starts), threads or os.cpu_count() or 1)
+    if threads is None:
+        threads = (os.cpu_count() or 1) if z.shape[0] * z.shape[1] >= POOL_MIN_WORK else 1
+    workers = min(len(starts), threads)
     # one pool per process and size: starting threads for every period cost about 5 % of a stage
     found = [one(a0) for a0 in starts] if workers <= 1 else list(_pool(workers).map(one, starts))
     return (
