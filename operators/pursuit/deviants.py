@@ -41,15 +41,16 @@ def robust_z(v: np.ndarray) -> np.ndarray:
 
     A column whose MAD is 0 (half the nodes or more equal) falls back to 1.2533 × the mean
     absolute deviation from the median (the normal-consistent scale of the mean deviation); a
-    column with no spread at all scores 0.
+    column with no spread at all scores 0. A stack (… × nodes × k) is scored block by block, with
+    the same values as one block at a time.
 
     >>> robust_z(np.array([[0.0], [1.0], [2.0], [3.0], [30.0]])).ravel().round(2).tolist()
     [-1.35, -0.67, 0.0, 0.67, 18.89]
     """
-    med = np.median(v, axis=0)
+    med = np.median(v, axis=-2, keepdims=True)
     dev = v - med
-    mad = MAD_SCALE * np.median(np.abs(dev), axis=0)
-    mean_dev = 1.2533 * np.mean(np.abs(dev), axis=0)
+    mad = MAD_SCALE * np.median(np.abs(dev), axis=-2, keepdims=True)
+    mean_dev = 1.2533 * np.mean(np.abs(dev), axis=-2, keepdims=True)
     scale = np.where(mad > 0, mad, mean_dev)
     tiny = scale <= 1e-12 * np.maximum(np.abs(med), 1.0)
     return np.where(tiny, 0.0, dev / np.where(tiny, 1.0, scale))
@@ -66,11 +67,11 @@ def snapshot_scores(v: np.ndarray, row_id: np.ndarray, distance: bool = False) -
 def _snapshot_z(v: np.ndarray, row_id: np.ndarray) -> np.ndarray:
     """The robust z of each row across the rows of its snapshot (NaN in snapshots of < 3 rows)."""
     z = np.full(v.shape, np.nan)
-    snaps = row_id[:, 1]
-    for s in np.unique(snaps):
-        rows = np.flatnonzero(snaps == s)
-        if len(rows) >= 3:
-            z[rows] = robust_z(v[rows])
+    order = np.argsort(row_id[:, 1], kind="stable")  # by snapshot, each one's rows in row order
+    _, first, counts = np.unique(row_id[order, 1], return_index=True, return_counts=True)
+    for c in np.unique(counts[counts >= 3]):  # the snapshots with as many rows at once: one 3-D block
+        rows = order[first[counts == c, None] + np.arange(c)]
+        z[rows] = robust_z(v[rows])
     return z
 
 

@@ -134,7 +134,9 @@ def across_processors(snap: np.ndarray, norm: str = "scale") -> np.ndarray:
     leaves it. Centred, only differences *between processors* count: a metric identical on all
     processors becomes exactly 0 (not a rounding residue of its mean), has zero variance however
     it moves in time, and is never selected. Scaling also stops a common trend's changing
-    amplitude from making the stacked noise of a metric heavy-tailed (docs/pursuit.md).
+    amplitude from making the stacked noise of a metric heavy-tailed (docs/pursuit.md). A stack of
+    snapshots (… × processors × metrics) is taken snapshot by snapshot, with the same values as one
+    at a time.
 
     >>> across_processors(np.array([[1.0, 5.0], [3.0, 5.0]])).tolist()
     [[-1.0, 0.0], [1.0, 0.0]]
@@ -143,11 +145,11 @@ def across_processors(snap: np.ndarray, norm: str = "scale") -> np.ndarray:
         return snap
     with warnings.catch_warnings():  # a metric missing on every processor: NaN stays NaN
         warnings.simplefilter("ignore", RuntimeWarning)
-        centred = snap - np.nanmean(snap, axis=0)
-        same = np.nanmax(snap, axis=0) == np.nanmin(snap, axis=0)
-        centred[:, same] = np.where(np.isnan(snap[:, same]), np.nan, 0.0)
+        centred = snap - np.nanmean(snap, axis=-2, keepdims=True)
+        same = np.nanmax(snap, axis=-2, keepdims=True) == np.nanmin(snap, axis=-2, keepdims=True)
+        centred = np.where(same, np.where(np.isnan(snap), np.nan, 0.0), centred)
         if norm == "scale":
-            sd = np.nanstd(snap, axis=0)
+            sd = np.nanstd(snap, axis=-2, keepdims=True)
             centred = centred / np.where(sd > 0, sd, 1.0)
     return centred
 

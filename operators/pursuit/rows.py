@@ -143,6 +143,11 @@ def stacked_rows(
     def snapshots(h: int) -> np.ndarray:
         """Snapshot j (the j-th newest, w samples apart) of every node that has it, for j < h."""
         keep = [j for j in range(h) if j == 0 or (avail_a > j).sum() >= 2]
+        if avail_a.min() >= len(keep):  # every node has every snapshot: one block, normalised at once
+            pos = (newest_a[None, :] - w * np.arange(len(keep))[:, None]) % cap
+            st.row_id = np.c_[np.tile(live_a, len(keep)), np.repeat(keep, len(live_a))]
+            block = across_processors(st.ring[live_a[None, :], pos], cfg.snapshot_norm)
+            return block.reshape(-1, block.shape[2])
         rows = [(live_a[avail_a > j], (newest_a[avail_a > j] - w * j) % cap) for j in keep]
         st.row_id = np.concatenate([np.c_[k, np.full(len(k), j)] for (k, _), j in zip(rows, keep, strict=True)])
         return np.concatenate([across_processors(st.ring[k, p], cfg.snapshot_norm) for k, p in rows], axis=0)
