@@ -210,27 +210,6 @@ def _nanmedian0(a: np.ndarray) -> np.ndarray:
     return np.where(c > 0, med, np.nan)
 
 
-def _median_of_others(v: np.ndarray) -> np.ndarray:
-    """Per position of axes 1.., the median over axis 0 of the *other* rows' values (NaN = missing):
-    leaving the node out gives every node's residual the same law, at 4 nodes as at 128.
-
-    >>> _median_of_others(np.array([[1.0], [2.0], [10.0], [np.nan]])).ravel().tolist()
-    [6.0, 5.5, 1.5, 2.0]
-    """
-    order = np.argsort(v, axis=0)  # NaN last
-    s = np.take_along_axis(v, order, axis=0)
-    rank = np.empty_like(order)
-    np.put_along_axis(rank, order, np.arange(v.shape[0]).reshape(-1, *([1] * (v.ndim - 1))), axis=0)
-    c = (~np.isnan(v)).sum(axis=0)
-    m = np.where(np.isnan(v), c, c - 1)  # how many others have a value
-    top = v.shape[0] - 1
-    i1, i2 = (m - 1) // 2, m // 2
-    j1 = np.clip(np.where(np.isnan(v), i1, i1 + (i1 >= rank)), 0, top)
-    j2 = np.clip(np.where(np.isnan(v), i2, i2 + (i2 >= rank)), 0, top)
-    med = 0.5 * (np.take_along_axis(s, j1, axis=0) + np.take_along_axis(s, j2, axis=0))
-    return np.where(m >= 1, med, np.nan)
-
-
 def _pooled_z(d: np.ndarray, valid: np.ndarray, floor: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(z of the current period, pooled cells per metric): ``d`` (node × period × metric) centred per
     period across nodes, scaled by 1.4826 × the median |d| over every valid cell of the memory."""
@@ -250,9 +229,10 @@ def naming_threshold(tests: int, pooled: float, alpha: float = ALPHA) -> float:
     >>> round(naming_threshold(4 * 8 * 3, 10**6), 2), round(naming_threshold(4 * 8 * 3, 32), 2)
     (3.71, 5.27)
     """
-    from scipy.stats import t as student_t
+    from scipy.special import stdtrit
 
-    return float(student_t.isf(alpha / max(tests, 1), max(MAD_EFFICIENCY * pooled, 1.0)))
+    # scipy.stats.t.isf(q, df) is -stdtrit(df, q) (its _isf) behind argument checks that cost more
+    return float(-stdtrit(max(MAD_EFFICIENCY * pooled, 1.0), alpha / max(tests, 1)))
 
 
 def name_nodes(
@@ -289,11 +269,13 @@ def name_nodes(
     mean, sd, valid = mean[live], sd[live], valid[live]
     with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        level = mean - _median_of_others(mean)
+        # each cell minus the median of the other nodes' cells (leaving the node out gives every node's
+        # residual the same law, at 4 nodes as at 128): the kernel of the rows, on the cells
+        level = residuals_from_others(mean)
         spread = _nanmedian0(np.where(valid, sd, np.nan).reshape(-1, len(metrics)))
         floor_sd = np.where(np.isfinite(spread) & (spread > 0), 1e-3 * spread, 1e-300)
         lsd = np.log(np.maximum(sd, floor_sd[None, None, :]))
-        noise = lsd - _median_of_others(lsd)
+        noise = residuals_from_others(lsd)
         typical = _nanmedian0(np.abs(mean).reshape(-1, len(metrics)))
     typical = np.where(np.isfinite(typical), typical, 0.0)
     z_level, n_level = _pooled_z(level, valid, 1e-9 * np.maximum(typical, 1e-300))
