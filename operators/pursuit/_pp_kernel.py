@@ -192,7 +192,7 @@ def _objective(a, z, c3, c4, c4p, y, gw, ga, consts):  # type: ignore[no-untyped
     lam, vec = np.linalg.eigh(ata)
     if lam[0] <= 1e-14 * lam[2] or lam[0] <= 0.0:
         return 0.0, False
-    inv_sqrt = vec @ np.diag(1.0 / np.sqrt(lam)) @ vec.T
+    inv_sqrt = (vec * (1.0 / np.sqrt(lam))) @ vec.T  # vec @ diag(·) @ vecᵀ, the same values
     w = a @ inv_sqrt
     value = index_gradient(z, w, c3, c4, c4p, y, gw, consts)
     proj = gw - w @ (w.T @ gw)
@@ -337,6 +337,44 @@ def lbfgs(a0, z, c3, c4, c4p, consts, gtol, ftol, maxiter, memory):  # type: ign
     return x.reshape(d, 3), f, it, evals, status
 
 
+@njit(cache=True, nogil=True)
+def lbfgs_all(starts, z, c3, c4, c4p, consts, gtol, ftol, maxiter, memory):  # type: ignore[no-untyped-def]
+    """:func:`lbfgs` from every start (R×d×3) one after the other, in one call."""
+    r, d, _ = starts.shape
+    found = np.empty((r, d, 3))
+    fs = np.empty(r)
+    its = np.empty(r, dtype=np.int64)
+    evs = np.empty(r, dtype=np.int64)
+    sts = np.empty(r, dtype=np.int64)
+    for i in range(r):
+        a, f, it, ev, st = lbfgs(starts[i].copy(), z, c3, c4, c4p, consts, gtol, ftol, maxiter, memory)
+        found[i] = a
+        fs[i] = f
+        its[i] = it
+        evs[i] = ev
+        sts[i] = st
+    return found, fs, its, evs, sts
+
+
+@njit(cache=True)
+def varimax_frame(x, eps, max_iter):  # type: ignore[no-untyped-def]
+    """The orthogonal rotation T of varimax for the (row-normalised) loadings x (p×k): the iteration
+    of :func:`~perfsift.operators.pursuit.projection.varimax`, compiled."""
+    p, k = x.shape
+    t = np.eye(k)
+    d_old = 0.0
+    for _ in range(max_iter):
+        zr = x @ t
+        m = x.T @ (zr**3 - zr * (zr**2).sum(axis=0) / p)
+        u, s, vt = np.linalg.svd(m)
+        t = u @ vt
+        d_new = s.sum()
+        if d_new < d_old * (1 + eps):
+            break
+        d_old = d_new
+    return t
+
+
 CONSTS = (T2, T3, T4, M2, M3, M4, G3, G4, DELTA4)
 # Rows × sphered dimensions from which the restarts go to the thread pool. Below it a restart takes
 # about a millisecond (P = n = 12: 120 × 11) and handing it to a pool thread and waking the caller
@@ -379,8 +417,11 @@ def run(
     if threads is None:
         threads = (os.cpu_count() or 1) if z.shape[0] * z.shape[1] >= POOL_MIN_WORK else 1
     workers = min(len(starts), threads)
+    if workers <= 1:  # one compiled call for every restart
+        starts = np.ascontiguousarray(starts, dtype=np.float64)
+        return lbfgs_all(starts, z, c3, c4, c4p, CONSTS, gtol, ftol, maxiter, memory)
     # one pool per process and size: starting threads for every period cost about 5 % of a stage
-    found = [one(a0) for a0 in starts] if workers <= 1 else list(_pool(workers).map(one, starts))
+    found = list(_pool(workers).map(one, starts))
     return (
         np.array([f[0] for f in found]),
         np.array([f[1] for f in found]),
@@ -388,3 +429,13 @@ def run(
         np.array([f[3] for f in found]),
         np.array([f[4] for f in found]),
     )
+
+
+def warm_up() -> None:
+    """Compile (or load) both paths of :func:`run`: one call for every restart, and one restart per
+    pool task (large problems)."""
+    z = np.random.default_rng(0).normal(size=(24, 4))
+    starts = np.random.default_rng(1).normal(size=(2, 4, 3))
+    consts = (24 / (23 * 22), 24 * 25 / (23 * 22 * 21), 24 * 24 / (22 * 21))
+    for threads in (1, 2):
+        run(starts, z, consts, 1e-7, 5, threads=threads)
