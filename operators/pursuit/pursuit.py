@@ -427,7 +427,9 @@ class ProjectionPursuit(Decider):
                 warm_names=st.weight_names if r == 0 else None,
             )
             out.append(res)  # next: without the named metrics and those with |r| > 0.95 to one of them
-            cols = [] if res.skipped is not None else pp.after_round(x, names, cols, res.named)
+            if r == self.rounds - 1 or res.skipped is not None:
+                break
+            cols = pp.after_round(x, names, cols, res.named)
             if len(cols) < 2:
                 break
         return out

@@ -154,8 +154,8 @@ def stacked_rows(
         present = ok.mean(axis=0) >= 0.5
         with warnings.catch_warnings():  # all-NaN columns: their sd is NaN, which the test rejects
             warnings.simplefilter("ignore", RuntimeWarning)
-            sd = np.nanstd(np.where(ok, probe, np.nan), axis=0)
-            mean = np.abs(np.nanmean(np.where(ok, probe, np.nan), axis=0))
+            sd = np.nanstd(probe, axis=0)
+            mean = np.abs(np.nanmean(probe, axis=0))
         n_eff = int((present & (sd > np.maximum(1e-9 * mean, 1e-12))).sum())
         h = int(np.clip(np.ceil(cfg.target_rows_per_dim * max(n_eff, 1) / len(live_a)), 1, cfg.h_max))
         upto = st.row_id[:, 1] < h  # the first h snapshots: the probe's first rows, not made again
