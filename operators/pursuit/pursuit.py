@@ -358,7 +358,7 @@ class ProjectionPursuit(Decider):
         info["late_rows"] = st.late
         st.late = 0
         if info["nodes"] < self.min_nodes:
-            return self._skipped(job, st, start, end, f"{info['nodes']} nodes reported (need {self.min_nodes})", info)
+            return self._record(job, st, start, end, f"{info['nodes']} nodes reported (need {self.min_nodes})", info)
         # Missing values: metrics absent from half the rows or more are left out (importance 0),
         # then rows still missing a value are dropped.
         present = (~np.isnan(x)).mean(axis=0) >= 0.5
@@ -375,17 +375,17 @@ class ProjectionPursuit(Decider):
             x, row_id = x[sub], row_id[sub]
             info.update(rows=len(x), subsampled=True)
         if len(used) < 2 or len(x) < 8:
-            return self._skipped(job, st, start, end, f"{len(used)} metrics with values in {len(x)} rows", info)
+            return self._record(job, st, start, end, f"{len(used)} metrics with values in {len(x)} rows", info)
         try:
             with np.errstate(all="ignore"):
                 res = self._rounds(x, used, rng, st)
         except (np.linalg.LinAlgError, ValueError, FloatingPointError, ZeroDivisionError) as exc:
-            return self._skipped(job, st, start, end, f"numerical failure: {type(exc).__name__}: {exc}", info)
+            return self._record(job, st, start, end, f"numerical failure: {type(exc).__name__}: {exc}", info)
         first = res[0]
         if first.skipped is not None:
-            return self._skipped(job, st, start, end, first.skipped, {**info, **flat_diagnostics(first.diagnostics)})
+            return self._record(job, st, start, end, first.skipped, {**info, **flat_diagnostics(first.diagnostics)})
         if not np.isfinite(first.index) or not all(np.isfinite(v) for _, v in first.ranking):
-            return self._skipped(job, st, start, end, "non-finite index or scores", info)
+            return self._record(job, st, start, end, "non-finite index or scores", info)
         scores = {m: float(v) for m, v in first.ranking}
         named: list[str] = []
         for r in res:
@@ -395,7 +395,7 @@ class ProjectionPursuit(Decider):
         k, snapshots = self.dims * self.rounds, block.shape[1]
         selected, reason, p_value = significant(named, scores, metric_p, snapshots, self.alpha, k)
         if reason is not None and snapshots < 3:  # no evidence yet is not evidence of nothing:
-            return self._skipped(job, st, start, end, reason, info)  # what holds (all, at first) stays
+            return self._record(job, st, start, end, reason, info)  # what holds (all, at first) stays
         scores.update({m: 0.0 for m in missing})
         st.weights, st.weight_names = first.weights, list(first.metrics)
         if selected != st.selected:
@@ -433,11 +433,6 @@ class ProjectionPursuit(Decider):
             if len(cols) < 2:
                 break
         return out
-
-    def _skipped(
-        self, job: str, st: JobState, start: float, end: float, reason: str, info: dict[str, Any]
-    ) -> dict[str, Any]:
-        return self._record(job, st, start, end, reason, info)
 
     def _gap(self, job: str, st: JobState, first: int, stop: int) -> dict[str, Any]:
         n = stop - first
