@@ -6,9 +6,10 @@ The objective is the one of METHODS.md §1.5: ``f(A) = −I(polar(A))`` with gra
 passes over the rows using the symmetry of the cumulant tensors (10 distinct third-order and 15
 distinct fourth-order entries), about ``N(6d + 100)`` flops per evaluation. The optimiser is a
 L-BFGS (two-loop recursion, memory 10) with a strong-Wolfe line search and scipy's
-stopping rules (projected-gradient ``gtol``, relative reduction ``ftol``, ``maxiter``). Restarts
-run in a thread pool (the kernel releases the GIL); each restart is deterministic, so results do not depend on the
-number of threads.
+stopping rules (projected-gradient ``gtol``, relative reduction ``ftol``, ``maxiter``). Small
+problems run their restarts one after the other; large ones (``POOL_MIN_WORK``) spread them over a
+thread pool (the kernel releases the GIL). Each restart is deterministic, so results do not depend
+on the number of threads.
 
 The reference path (scipy L-BFGS-B over the numpy :func:`~perfsift.operators.pursuit.projection.moment_index`)
 stays available as ``optimizer="scipy"``; tests compare the two.
@@ -191,7 +192,7 @@ def _objective(a, z, c3, c4, c4p, y, gw, ga, consts):  # type: ignore[no-untyped
     lam, vec = np.linalg.eigh(ata)
     if lam[0] <= 1e-14 * lam[2] or lam[0] <= 0.0:
         return 0.0, False
-    inv_sqrt = vec @ np.diag(1.0 / np.sqrt(lam)) @ vec.T
+    inv_sqrt = (vec * (1.0 / np.sqrt(lam))) @ vec.T  # vec @ diag(·) @ vecᵀ, the same values
     w = a @ inv_sqrt
     value = index_gradient(z, w, c3, c4, c4p, y, gw, consts)
     proj = gw - w @ (w.T @ gw)
@@ -336,7 +337,50 @@ def lbfgs(a0, z, c3, c4, c4p, consts, gtol, ftol, maxiter, memory):  # type: ign
     return x.reshape(d, 3), f, it, evals, status
 
 
+@njit(cache=True, nogil=True)
+def lbfgs_all(starts, z, c3, c4, c4p, consts, gtol, ftol, maxiter, memory):  # type: ignore[no-untyped-def]
+    """:func:`lbfgs` from every start (R×d×3) one after the other, in one call."""
+    r, d, _ = starts.shape
+    found = np.empty((r, d, 3))
+    fs = np.empty(r)
+    its = np.empty(r, dtype=np.int64)
+    evs = np.empty(r, dtype=np.int64)
+    sts = np.empty(r, dtype=np.int64)
+    for i in range(r):
+        a, f, it, ev, st = lbfgs(starts[i].copy(), z, c3, c4, c4p, consts, gtol, ftol, maxiter, memory)
+        found[i] = a
+        fs[i] = f
+        its[i] = it
+        evs[i] = ev
+        sts[i] = st
+    return found, fs, its, evs, sts
+
+
+@njit(cache=True)
+def varimax_frame(x, eps, max_iter):  # type: ignore[no-untyped-def]
+    """The orthogonal rotation T of varimax for the (row-normalised) loadings x (p×k): the iteration
+    of :func:`~perfsift.operators.pursuit.projection.varimax`, compiled."""
+    p, k = x.shape
+    t = np.eye(k)
+    d_old = 0.0
+    for _ in range(max_iter):
+        zr = x @ t
+        m = x.T @ (zr**3 - zr * (zr**2).sum(axis=0) / p)
+        u, s, vt = np.linalg.svd(m)
+        t = u @ vt
+        d_new = s.sum()
+        if d_new < d_old * (1 + eps):
+            break
+        d_old = d_new
+    return t
+
+
 CONSTS = (T2, T3, T4, M2, M3, M4, G3, G4, DELTA4)
+# Rows × sphered dimensions from which the restarts go to the thread pool. Below it a restart takes
+# about a millisecond (P = n = 12: 120 × 11) and handing it to a pool thread and waking the caller
+# cost more than they save: on 2 shared cores each hand-off waits for a time slice, and an update
+# at P = n = 12 spent 9 of its 30 ms waiting on the pool (docs/benchmarks.md).
+POOL_MIN_WORK = 20_000
 _POOLS: dict[int, ThreadPoolExecutor] = {}
 _POOLS_LOCK = threading.Lock()
 
@@ -360,8 +404,9 @@ def run(
     memory: int = 10,
     threads: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """L-BFGS from every start (R×d×3) on the rows z, restarts spread over threads (the kernel
-    releases the GIL). Returns (A* R×d×3, f* R, iterations R, evaluations R, status R)."""
+    """L-BFGS from every start (R×d×3) on the rows z, restarts spread over ``threads`` (default: the
+    cores, for problems of ``POOL_MIN_WORK`` or more; one below). Returns (A* R×d×3, f* R,
+    iterations R, evaluations R, status R), the same whatever the number of threads."""
     c3, c4, c4p = constants
     z = np.ascontiguousarray(z, dtype=np.float64)
 
@@ -369,9 +414,14 @@ def run(
         a0 = np.ascontiguousarray(a0, dtype=np.float64)
         return lbfgs(a0, z, c3, c4, c4p, CONSTS, gtol, ftol, maxiter, memory)
 
-    workers = min(len(starts), threads or os.cpu_count() or 1)
+    if threads is None:
+        threads = (os.cpu_count() or 1) if z.shape[0] * z.shape[1] >= POOL_MIN_WORK else 1
+    workers = min(len(starts), threads)
+    if workers <= 1:  # one compiled call for every restart
+        starts = np.ascontiguousarray(starts, dtype=np.float64)
+        return lbfgs_all(starts, z, c3, c4, c4p, CONSTS, gtol, ftol, maxiter, memory)
     # one pool per process and size: starting threads for every period cost about 5 % of a stage
-    found = [one(a0) for a0 in starts] if workers <= 1 else list(_pool(workers).map(one, starts))
+    found = list(_pool(workers).map(one, starts))
     return (
         np.array([f[0] for f in found]),
         np.array([f[1] for f in found]),
@@ -379,3 +429,13 @@ def run(
         np.array([f[3] for f in found]),
         np.array([f[4] for f in found]),
     )
+
+
+def warm_up() -> None:
+    """Compile (or load) both paths of :func:`run`: one call for every restart, and one restart per
+    pool task (large problems)."""
+    z = np.random.default_rng(0).normal(size=(24, 4))
+    starts = np.random.default_rng(1).normal(size=(2, 4, 3))
+    consts = (24 / (23 * 22), 24 * 25 / (23 * 22 * 21), 24 * 24 / (22 * 21))
+    for threads in (1, 2):
+        run(starts, z, consts, 1e-7, 5, threads=threads)

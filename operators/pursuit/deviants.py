@@ -41,15 +41,16 @@ def robust_z(v: np.ndarray) -> np.ndarray:
 
     A column whose MAD is 0 (half the nodes or more equal) falls back to 1.2533 × the mean
     absolute deviation from the median (the normal-consistent scale of the mean deviation); a
-    column with no spread at all scores 0.
+    column with no spread at all scores 0. A stack (… × nodes × k) is scored block by block, with
+    the same values as one block at a time.
 
     >>> robust_z(np.array([[0.0], [1.0], [2.0], [3.0], [30.0]])).ravel().round(2).tolist()
     [-1.35, -0.67, 0.0, 0.67, 18.89]
     """
-    med = np.median(v, axis=0)
+    med = np.median(v, axis=-2, keepdims=True)
     dev = v - med
-    mad = MAD_SCALE * np.median(np.abs(dev), axis=0)
-    mean_dev = 1.2533 * np.mean(np.abs(dev), axis=0)
+    mad = MAD_SCALE * np.median(np.abs(dev), axis=-2, keepdims=True)
+    mean_dev = 1.2533 * np.mean(np.abs(dev), axis=-2, keepdims=True)
     scale = np.where(mad > 0, mad, mean_dev)
     tiny = scale <= 1e-12 * np.maximum(np.abs(med), 1.0)
     return np.where(tiny, 0.0, dev / np.where(tiny, 1.0, scale))
@@ -66,11 +67,11 @@ def snapshot_scores(v: np.ndarray, row_id: np.ndarray, distance: bool = False) -
 def _snapshot_z(v: np.ndarray, row_id: np.ndarray) -> np.ndarray:
     """The robust z of each row across the rows of its snapshot (NaN in snapshots of < 3 rows)."""
     z = np.full(v.shape, np.nan)
-    snaps = row_id[:, 1]
-    for s in np.unique(snaps):
-        rows = np.flatnonzero(snaps == s)
-        if len(rows) >= 3:
-            z[rows] = robust_z(v[rows])
+    order = np.argsort(row_id[:, 1], kind="stable")  # by snapshot, each one's rows in row order
+    _, first, counts = np.unique(row_id[order, 1], return_index=True, return_counts=True)
+    for c in np.unique(counts[counts >= 3]):  # the snapshots with as many rows at once: one 3-D block
+        rows = order[first[counts == c, None] + np.arange(c)]
+        z[rows] = robust_z(v[rows])
     return z
 
 
@@ -209,27 +210,6 @@ def _nanmedian0(a: np.ndarray) -> np.ndarray:
     return np.where(c > 0, med, np.nan)
 
 
-def _median_of_others(v: np.ndarray) -> np.ndarray:
-    """Per position of axes 1.., the median over axis 0 of the *other* rows' values (NaN = missing):
-    leaving the node out gives every node's residual the same law, at 4 nodes as at 128.
-
-    >>> _median_of_others(np.array([[1.0], [2.0], [10.0], [np.nan]])).ravel().tolist()
-    [6.0, 5.5, 1.5, 2.0]
-    """
-    order = np.argsort(v, axis=0)  # NaN last
-    s = np.take_along_axis(v, order, axis=0)
-    rank = np.empty_like(order)
-    np.put_along_axis(rank, order, np.arange(v.shape[0]).reshape(-1, *([1] * (v.ndim - 1))), axis=0)
-    c = (~np.isnan(v)).sum(axis=0)
-    m = np.where(np.isnan(v), c, c - 1)  # how many others have a value
-    top = v.shape[0] - 1
-    i1, i2 = (m - 1) // 2, m // 2
-    j1 = np.clip(np.where(np.isnan(v), i1, i1 + (i1 >= rank)), 0, top)
-    j2 = np.clip(np.where(np.isnan(v), i2, i2 + (i2 >= rank)), 0, top)
-    med = 0.5 * (np.take_along_axis(s, j1, axis=0) + np.take_along_axis(s, j2, axis=0))
-    return np.where(m >= 1, med, np.nan)
-
-
 def _pooled_z(d: np.ndarray, valid: np.ndarray, floor: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(z of the current period, pooled cells per metric): ``d`` (node × period × metric) centred per
     period across nodes, scaled by 1.4826 × the median |d| over every valid cell of the memory."""
@@ -249,9 +229,10 @@ def naming_threshold(tests: int, pooled: float, alpha: float = ALPHA) -> float:
     >>> round(naming_threshold(4 * 8 * 3, 10**6), 2), round(naming_threshold(4 * 8 * 3, 32), 2)
     (3.71, 5.27)
     """
-    from scipy.stats import t as student_t
+    from scipy.special import stdtrit
 
-    return float(student_t.isf(alpha / max(tests, 1), max(MAD_EFFICIENCY * pooled, 1.0)))
+    # scipy.stats.t.isf(q, df) is -stdtrit(df, q) (its _isf) behind argument checks that cost more
+    return float(-stdtrit(max(MAD_EFFICIENCY * pooled, 1.0), alpha / max(tests, 1)))
 
 
 def name_nodes(
@@ -288,11 +269,13 @@ def name_nodes(
     mean, sd, valid = mean[live], sd[live], valid[live]
     with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        level = mean - _median_of_others(mean)
+        # each cell minus the median of the other nodes' cells (leaving the node out gives every node's
+        # residual the same law, at 4 nodes as at 128): the kernel of the rows, on the cells
+        level = residuals_from_others(mean)
         spread = _nanmedian0(np.where(valid, sd, np.nan).reshape(-1, len(metrics)))
         floor_sd = np.where(np.isfinite(spread) & (spread > 0), 1e-3 * spread, 1e-300)
         lsd = np.log(np.maximum(sd, floor_sd[None, None, :]))
-        noise = lsd - _median_of_others(lsd)
+        noise = residuals_from_others(lsd)
         typical = _nanmedian0(np.abs(mean).reshape(-1, len(metrics)))
     typical = np.where(np.isfinite(typical), typical, 0.0)
     z_level, n_level = _pooled_z(level, valid, 1e-9 * np.maximum(typical, 1e-300))

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 from perfsift.operators.base import Decider
 from perfsift.operators.batch import Batch
+from perfsift.operators.pursuit import _pp_kernel
 from perfsift.operators.pursuit import projection as pp
 from perfsift.operators.pursuit.deviants import name_nodes, node_deviants
 from perfsift.operators.pursuit.evidence import holm, metric_pvalues, significant
@@ -165,6 +166,7 @@ class ProjectionPursuit(Decider):
         names = [f"m{j}" for j in range(6)]
         x = np.random.default_rng(0).normal(size=(24, len(names)))
         projection_pursuit(x, names, restarts=1, trim=self.trim, cumulants=self.cumulants, optimizer=self.optimizer)
+        _pp_kernel.warm_up()  # the restarts of large jobs go to a thread pool: that path too
         name_nodes(np.stack([x] * 4), np.tile(np.arange(24.0), (4, 1)), list("abcd"), names, 6.0, 24.0)
 
     def reset(self) -> None:
@@ -356,7 +358,7 @@ class ProjectionPursuit(Decider):
         info["late_rows"] = st.late
         st.late = 0
         if info["nodes"] < self.min_nodes:
-            return self._skipped(job, st, start, end, f"{info['nodes']} nodes reported (need {self.min_nodes})", info)
+            return self._record(job, st, start, end, f"{info['nodes']} nodes reported (need {self.min_nodes})", info)
         # Missing values: metrics absent from half the rows or more are left out (importance 0),
         # then rows still missing a value are dropped.
         present = (~np.isnan(x)).mean(axis=0) >= 0.5
@@ -373,17 +375,17 @@ class ProjectionPursuit(Decider):
             x, row_id = x[sub], row_id[sub]
             info.update(rows=len(x), subsampled=True)
         if len(used) < 2 or len(x) < 8:
-            return self._skipped(job, st, start, end, f"{len(used)} metrics with values in {len(x)} rows", info)
+            return self._record(job, st, start, end, f"{len(used)} metrics with values in {len(x)} rows", info)
         try:
             with np.errstate(all="ignore"):
                 res = self._rounds(x, used, rng, st)
         except (np.linalg.LinAlgError, ValueError, FloatingPointError, ZeroDivisionError) as exc:
-            return self._skipped(job, st, start, end, f"numerical failure: {type(exc).__name__}: {exc}", info)
+            return self._record(job, st, start, end, f"numerical failure: {type(exc).__name__}: {exc}", info)
         first = res[0]
         if first.skipped is not None:
-            return self._skipped(job, st, start, end, first.skipped, {**info, **flat_diagnostics(first.diagnostics)})
+            return self._record(job, st, start, end, first.skipped, {**info, **flat_diagnostics(first.diagnostics)})
         if not np.isfinite(first.index) or not all(np.isfinite(v) for _, v in first.ranking):
-            return self._skipped(job, st, start, end, "non-finite index or scores", info)
+            return self._record(job, st, start, end, "non-finite index or scores", info)
         scores = {m: float(v) for m, v in first.ranking}
         named: list[str] = []
         for r in res:
@@ -393,7 +395,7 @@ class ProjectionPursuit(Decider):
         k, snapshots = self.dims * self.rounds, block.shape[1]
         selected, reason, p_value = significant(named, scores, metric_p, snapshots, self.alpha, k)
         if reason is not None and snapshots < 3:  # no evidence yet is not evidence of nothing:
-            return self._skipped(job, st, start, end, reason, info)  # what holds (all, at first) stays
+            return self._record(job, st, start, end, reason, info)  # what holds (all, at first) stays
         scores.update({m: 0.0 for m in missing})
         st.weights, st.weight_names = first.weights, list(first.metrics)
         if selected != st.selected:
@@ -425,15 +427,12 @@ class ProjectionPursuit(Decider):
                 warm_names=st.weight_names if r == 0 else None,
             )
             out.append(res)  # next: without the named metrics and those with |r| > 0.95 to one of them
-            cols = [] if res.skipped is not None else pp.after_round(x, names, cols, res.named)
+            if r == self.rounds - 1 or res.skipped is not None:
+                break
+            cols = pp.after_round(x, names, cols, res.named)
             if len(cols) < 2:
                 break
         return out
-
-    def _skipped(
-        self, job: str, st: JobState, start: float, end: float, reason: str, info: dict[str, Any]
-    ) -> dict[str, Any]:
-        return self._record(job, st, start, end, reason, info)
 
     def _gap(self, job: str, st: JobState, first: int, stop: int) -> dict[str, Any]:
         n = stop - first

@@ -102,47 +102,46 @@ def stacked_rows(
     (§1.2 step 1); the evidence block is :func:`evidence_block` with its metrics in name order."""
     cap = st.ring.shape[1]
     w = cfg.window if cfg.row_mode == "stacked" else 1
-    live: list[int] = []
-    newest: list[int] = []
-    avail: list[int] = []
-    in_period: list[int] = []  # rows of each live node in [start, end)
-    newest_abs: list[int] = []  # the same rows as counts (not ring positions)
-    oldest_abs: list[int] = []
     # nodes in name order and metrics in name order: the matrix (and with it every rounding in the
     # analysis) does not depend on the order in which nodes and metrics first appeared
-    for k in sorted(range(len(st.nodes)), key=st.nodes.__getitem__):
-        n = int(st.count[k])
-        if n == 0:
-            continue
-        oldest = max(n - cap, 0)
-        i = n - 1
-        while i >= oldest and st.ring_ts[k, i % cap] >= end:  # rows past the period: not yet
-            i -= 1
-        if i < oldest or st.ring_ts[k, i % cap] < start:
-            continue  # no row in this period
-        live.append(k)
-        newest.append(i % cap)
-        newest_abs.append(i)
-        oldest_abs.append(oldest)
-        avail.append(min((i - oldest) // w + 1, cfg.h_max))
-        j = i
-        while j >= oldest and st.ring_ts[k, j % cap] >= start:
-            j -= 1
-        in_period.append(i - j)
-    info: dict[str, Any] = {"nodes": len(live)}
-    if live:
+    ks = np.array(sorted(range(len(st.nodes)), key=st.nodes.__getitem__), dtype=np.int64)
+    ks = ks[st.count[ks] > 0]
+    n = st.count[ks]
+    oldest = np.maximum(n - cap, 0)
+    back = n[:, None] - 1 - np.arange(cap)[None, :]  # each node's rows, newest first (as counts)
+    valid = back >= oldest[:, None]
+    ts = st.ring_ts[ks[:, None], back % cap]
+    sentinel = np.ones((len(ks), 1), dtype=bool)
+    # the newest row before end (rows past the period: not yet), then how many rows in [start, end)
+    # lead up to it; NaN times compare false, as they did one row at a time
+    first = np.argmax(np.c_[~valid | ~(ts >= end), sentinel], axis=1)
+    at = np.minimum(first, cap - 1)
+    each = np.arange(len(ks))
+    live_mask = (first < cap) & valid[each, at] & ~(ts[each, at] < start)  # else no row in this period
+    past = np.c_[~valid | ~(ts >= start), sentinel] & (np.arange(cap + 1)[None, :] >= first[:, None])
+    in_period = (np.argmax(past, axis=1) - first)[live_mask]
+    live_a = ks[live_mask]
+    newest_abs = (n - 1 - first)[live_mask]
+    oldest_abs = oldest[live_mask]
+    newest_a = newest_abs % cap
+    avail_a = np.minimum((newest_abs - oldest_abs) // w + 1, cfg.h_max)
+    info: dict[str, Any] = {"nodes": len(live_a)}
+    if len(live_a):
         info["samples_per_node"] = float(np.mean(in_period))
     order = sorted(range(len(st.metrics)), key=st.metrics.__getitem__)
     names = [st.metrics[j] for j in order]
-    if not live:
+    if not len(live_a):
         return np.zeros((0, len(st.metrics))), names, info, np.zeros((0, 0, len(st.metrics)))
-
-    live_a, newest_a, avail_a = np.array(live), np.array(newest), np.array(avail)
-    v = evidence_block(st, live_a, np.array(newest_abs), np.array(oldest_abs), cfg)
+    v = evidence_block(st, live_a, newest_abs, oldest_abs, cfg)
 
     def snapshots(h: int) -> np.ndarray:
         """Snapshot j (the j-th newest, w samples apart) of every node that has it, for j < h."""
         keep = [j for j in range(h) if j == 0 or (avail_a > j).sum() >= 2]
+        if avail_a.min() >= len(keep):  # every node has every snapshot: one block, normalised at once
+            pos = (newest_a[None, :] - w * np.arange(len(keep))[:, None]) % cap
+            st.row_id = np.c_[np.tile(live_a, len(keep)), np.repeat(keep, len(live_a))]
+            block = across_processors(st.ring[live_a[None, :], pos], cfg.snapshot_norm)
+            return block.reshape(-1, block.shape[2])
         rows = [(live_a[avail_a > j], (newest_a[avail_a > j] - w * j) % cap) for j in keep]
         st.row_id = np.concatenate([np.c_[k, np.full(len(k), j)] for (k, _), j in zip(rows, keep, strict=True)])
         return np.concatenate([across_processors(st.ring[k, p], cfg.snapshot_norm) for k, p in rows], axis=0)
@@ -155,10 +154,10 @@ def stacked_rows(
         present = ok.mean(axis=0) >= 0.5
         with warnings.catch_warnings():  # all-NaN columns: their sd is NaN, which the test rejects
             warnings.simplefilter("ignore", RuntimeWarning)
-            sd = np.nanstd(np.where(ok, probe, np.nan), axis=0)
-            mean = np.abs(np.nanmean(np.where(ok, probe, np.nan), axis=0))
+            sd = np.nanstd(probe, axis=0)
+            mean = np.abs(np.nanmean(probe, axis=0))
         n_eff = int((present & (sd > np.maximum(1e-9 * mean, 1e-12))).sum())
-        h = int(np.clip(np.ceil(cfg.target_rows_per_dim * max(n_eff, 1) / len(live)), 1, cfg.h_max))
+        h = int(np.clip(np.ceil(cfg.target_rows_per_dim * max(n_eff, 1) / len(live_a)), 1, cfg.h_max))
         upto = st.row_id[:, 1] < h  # the first h snapshots: the probe's first rows, not made again
         x, st.row_id = probe[upto], st.row_id[upto]
     info["snapshots"] = h
