@@ -5,9 +5,12 @@ from __future__ import annotations
 import os
 
 # One BLAS thread per process: the suite runs one xdist worker per core, and small solves in
-# OpenBLAS's threads on a loaded 2-core machine ran 10-25x slower than on one. Set before numpy is
-# first imported (below, through perfsift); the CLI subprocesses the tests start inherit it.
-for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+# OpenBLAS's threads on a loaded 2-core machine ran 10-25x slower than on one. The same for numba's
+# threads: the forecast kernel (parallel=True) fed one timestamp at a time (ModelPredictor) took
+# 10 ms a call on a loaded 2-core machine with two threads, 1 ms with one (the conformance checks
+# of ``predict``: 17 s -> 6 s per 1000 rows). Set before numpy and numba are first imported
+# (below, through perfsift); the CLI subprocesses the tests start inherit it.
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 import subprocess
 import sys
