@@ -24,16 +24,16 @@ import orjson
 from perfsift.operators import Batch, Operator
 from perfsift.producers import number_samples
 from perfsift.producers.traces import TraceWriter, iter_samples
-from perfsift.schemas import RecordError, batch_to_samples
+from perfsift.schemas import KINDS, RecordError, batch_to_samples, encoding_for
 from perfsift.streams.clients import dead_letter_record
 from perfsift.streams.config import PipelineConfig, StageConfig
 from perfsift.streams.limits import Guard
 from perfsift.streams.stage import Chain, Emitted, StageStats, merge_summaries, sample_decoder, step_records
-from perfsift.streams.topics import REPORT_FILES
 from perfsift.streams.volume import written_bytes
 
-#: topic -> output file name (topics not listed are not written): the topic table's
-FILES = REPORT_FILES
+#: topic -> output file name (topics not listed are not written): each kind's default topic and
+#: report file, from the kinds' table (schemas/kinds.py)
+FILES = {k.topic: k.file for k in KINDS.values() if k.file}
 
 
 class Analysis:
@@ -45,7 +45,8 @@ class Analysis:
         out_dir.mkdir(parents=True, exist_ok=True)
         self.order = self._topological(cfg)
         # JSON between the stages whatever the pipeline's wire encoding: the outputs are JSON-lines files
-        self.chains = {st.name: Chain(st, "json", cfg.framing) for st in self.order}
+        json = encoding_for("json")
+        self.chains = {st.name: Chain(st, json, cfg.framing) for st in self.order}
         self.stats = {st.name: StageStats(st.name) for st in self.order}
         self.files: dict[str, IO[bytes]] = {}
         self.sddf: TraceWriter | None = TraceWriter(out_dir / "reduced.sddf") if sddf else None
@@ -55,7 +56,7 @@ class Analysis:
         #: the records the stages parked, as (reason, dead-letter record) (perf.deadletter on Kafka)
         self.dead_letters: list[tuple[str, bytes]] = []
         self.guards = {st.name: Guard(cfg.limits) for st in self.order}
-        self.decode = sample_decoder("json")
+        self.decode = sample_decoder(json)
 
     @staticmethod
     def _topological(cfg: PipelineConfig) -> list[StageConfig]:

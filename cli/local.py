@@ -24,7 +24,6 @@ from perfsift.producers.publish import PublishStats, publish_samples
 from perfsift.producers.replay import replay
 from perfsift.producers.traces import iter_samples
 from perfsift.schemas import RecordError
-from perfsift.schemas.detect import decode_any
 from perfsift.streams.clients import read_topic_to_end
 from perfsift.streams.config import PipelineConfig
 from perfsift.streams.ingest_stage import stage_runner
@@ -217,7 +216,7 @@ class LocalRun:
                 continue
             values = read_topic_to_end(self.props, self.cfg.topic(topic))
             seen = dict.fromkeys(values)  # at-least-once duplicates are identical: keep one of each
-            lines = seen if self.cfg.encoding == "json" else (orjson.dumps(decode_any(v).record) for v in seen)
+            lines = self.cfg.codec.json_lines(seen)
             write_atomic(folder / name, b"".join(v + b"\n" for v in lines))
 
     def write_report(self, folder: Path, live: bool = False) -> Path:

@@ -16,7 +16,6 @@ import typer
 from perfsift.operators import Batch
 from perfsift.producers.traces import iter_samples
 from perfsift.schemas import RecordError, samples_to_batch
-from perfsift.schemas.registry import use_registry
 from perfsift.streams.config import ConfigError, PipelineConfig, load_pipeline, parse_settings
 from rich.console import Console
 from rich.markup import escape
@@ -96,8 +95,7 @@ def pipeline_from_flags(config: Path | None, settings: list[str] | None = None) 
         cfg = load_pipeline(config, overrides=parse_settings(settings))
     except ConfigError as exc:
         raise fail(str(exc)) from None
-    if cfg.encoding == "confluent-avro":  # the registry every codec of this process asks
-        use_registry(cfg.schema_registry)
+    cfg.codec.prepare()  # confluent-avro: the registry every codec of this process asks
     return cfg
 
 

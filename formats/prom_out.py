@@ -47,9 +47,10 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import Any, ClassVar
 
 from perfsift.schemas.forecast_wire import complete_forecast
+from perfsift.schemas.kinds import KINDS as RECORD_KINDS
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -80,8 +81,9 @@ FAMILIES: dict[str, tuple[str, tuple[str, ...]]] = {
         ("job", "node", "state"),
     ),
 }
-#: the kinds of record :meth:`LatestValues.add` reads (the topics' schemas, streams/topics.py)
-KINDS = ("reduced", "forecast", "contract")
+#: the kinds of record :meth:`LatestValues.add` reads: ``prometheus=True`` in the kinds' table
+#: (schemas/kinds.py), each with its method in :attr:`LatestValues.UPDATES`
+KINDS = tuple(k.name for k in RECORD_KINDS.values() if k.prometheus)
 CONTRACT_STATES = ("ok", "violated", "unknown")
 _FORECAST_FIELDS = (
     ("forecast", "perfsift_forecast"),
@@ -136,14 +138,14 @@ class LatestValues(Collector):
     def add(self, kind: str, records: Iterable[dict[str, Any]]) -> None:
         """Update the series from ``records`` of one ``kind`` (``reduced``, ``forecast``,
         ``contract``); a record without the fields of its kind is counted in ``refused``."""
-        update = {"reduced": self._reduced, "forecast": self._forecast, "contract": self._contract}[kind]
+        update = self.UPDATES[kind]
         now = self.clock()
         n = bad = 0
         with self.lock:
             for rec in records:
                 n += 1
                 try:
-                    update(rec, now)
+                    update(self, rec, now)
                 except (KeyError, TypeError, AttributeError, ValueError):
                     bad += 1
         self.records[kind] += n - bad
@@ -201,6 +203,13 @@ class LatestValues(Collector):
                 self._set("perfsift_contract_space_violation", (job, node, space), float(ev["violation"]), ts, now)
         for s in CONTRACT_STATES:
             self._set("perfsift_contract_state", (job, node, s), 1.0 if s == state else 0.0, ts, now)
+
+    #: how the records of each kind (:data:`KINDS`) update the series
+    UPDATES: ClassVar[dict[str, Callable[[LatestValues, dict[str, Any], float], None]]] = {
+        "reduced": _reduced,
+        "forecast": _forecast,
+        "contract": _contract,
+    }
 
     # -- out --------------------------------------------------------------------------------------
     def expire(self) -> int:

@@ -6,11 +6,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
 from confluent_kafka import KafkaError, Message, Producer
-from perfsift.schemas import RecordError, codec_for
-from perfsift.schemas.registry import ENCODING as CONFLUENT_AVRO
-from perfsift.schemas.registry import use_registry
+from perfsift.schemas import RecordError, encoding_for
 from perfsift.streams.clients import producer_settings
 from perfsift.streams.config import PipelineConfig
 from rich.console import Console
@@ -20,11 +17,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 def sample_encoder(pipeline: PipelineConfig | None, topic: str) -> Callable[[dict[str, Any]], bytes]:
     """How samples for ``topic`` are encoded: JSON without a pipeline, else in its ``encoding``
     (``confluent-avro``: the ``<topic>-value`` subject is registered first)."""
-    if pipeline is None or pipeline.encoding == "json":
-        return orjson.dumps
-    if pipeline.encoding == CONFLUENT_AVRO:
-        use_registry(pipeline.schema_registry).register(f"{topic}-value", "sample")
-    return codec_for(pipeline.encoding, "sample").encode
+    encoding = pipeline.codec if pipeline is not None else encoding_for("json")
+    encoding.prepare({f"{topic}-value": "sample"})
+    return encoding.encoder("sample")
 
 
 class PublishError(RuntimeError):

@@ -17,7 +17,6 @@ import numpy as np
 import orjson
 from perfsift.operators.batch import Batch
 from perfsift.schemas._json_scan import scan_samples
-from perfsift.schemas.codecs import codec_for
 from perfsift.schemas.frames import decode_frame, is_frame
 from perfsift.schemas.records import MAX_METRICS, SEQ_MAX, SEQ_MIN, RecordError, validate_sample
 
@@ -264,39 +263,50 @@ def _decode_uniform(values: Sequence[bytes | None]) -> Batch | None:
     )
 
 
-def decode_samples(
-    values: Sequence[bytes | None], where: Callable[[int], str] | None = None, codec: str = "json"
+#: one message to the record it holds (``orjson.loads``, or a record codec's ``decode``)
+Loads = Callable[[bytes], Any]
+#: a whole micro-batch at C speed, or None when it does not have the shape it takes
+Fast = Callable[[Sequence[bytes | None]], Batch | None]
+
+
+def json_fast(values: Sequence[bytes | None]) -> Batch | None:
+    """JSON samples at C speed: the producers' raw shape through the numba scanner, else samples of
+    one set of metric names through orjson (never column frames); None for anything else."""
+    scanned = _decode_scanned(values)  # never takes a column frame: a frame does not start with "{"
+    if scanned is not None or any(map(is_frame, values)):
+        return scanned
+    return _decode_uniform(values)
+
+
+def decode_samples_by(
+    values: Sequence[bytes | None], where: Callable[[int], str] | None, loads: Loads, fast: Fast | None = None
 ) -> tuple[Batch, list[int], list[RecordError]]:
-    """Decode many messages into one column batch.
+    """Decode many messages into one column batch, each message by ``loads`` (after ``fast``, when
+    given, declined the whole batch); the wire encoding's
+    :meth:`~perfsift.schemas.encodings.Encoding.decode_samples`.
 
     Returns ``(batch, kept, errors)``: ``kept[i]`` is the input position of batch row i, and each
     error names its input position via ``where`` (e.g. ``"perf.raw:3:1042"``). Bad records are
     left out whole; the others are kept in input order. Column frames
-    (:mod:`~perfsift.schemas.frames`) are recognised whatever ``codec``: each gives its rows, all
+    (:mod:`~perfsift.schemas.frames`) are recognised whatever the encoding: each gives its rows, all
     with the frame's input position in ``kept``.
     """
-    if codec == "json" and values:
-        scanned = _decode_scanned(values)  # never takes a column frame: a frame does not start with "{"
-        if scanned is not None:
-            return scanned, list(range(len(values))), []
+    if fast is not None and values:
+        quick = fast(values)
+        if quick is not None:
+            return quick, list(range(len(values))), []
     if any(map(is_frame, values)):
-        return _decode_with_frames(values, where, codec)
-    if codec == "json":
-        uniform = _decode_uniform(values)
-        if uniform is not None:
-            return uniform, list(range(len(values))), []
+        return _decode_with_frames(values, where, lambda part, here: decode_samples_by(part, here, loads, fast))
     loc = where or (lambda i: f"record {i}")
     builder = _BatchBuilder()
     positions: list[int] = []
     errors: list[RecordError] = []
-    loads = orjson.loads
-    avro_codec = codec_for(codec, "sample") if codec != "json" else None
     for i, raw in enumerate(values):
         if raw is None:
             errors.append(RecordError("empty message (null value)", loc(i), i))
             continue
         try:
-            obj = avro_codec.decode(raw) if avro_codec is not None else loads(raw)
+            obj = loads(raw)
         except (orjson.JSONDecodeError, RecordError, ValueError, EOFError, IndexError) as exc:
             reason = exc.reason if isinstance(exc, RecordError) else str(exc)
             errors.append(RecordError(f"cannot decode: {reason}"[:500], loc(i), i))
@@ -343,9 +353,11 @@ def decode_samples(
 
 
 def _decode_with_frames(
-    values: Sequence[bytes | None], where: Callable[[int], str] | None, codec: str
+    values: Sequence[bytes | None],
+    where: Callable[[int], str] | None,
+    decode_rest: Callable[[Sequence[bytes | None], Callable[[int], str]], tuple[Batch, list[int], list[RecordError]]],
 ) -> tuple[Batch, list[int], list[RecordError]]:
-    """:func:`decode_samples` of messages some of which are column frames: each run of frames or of
+    """:func:`decode_samples_by` of messages some of which are column frames: each run of frames or of
     records decoded on its own, the batches joined in input order."""
     loc = where or (lambda i: f"record {i}")
     batches: list[Batch] = []
@@ -372,7 +384,7 @@ def _decode_with_frames(
             def here(q: int, start: int = i) -> str:
                 return loc(q + start)
 
-            b, pos, errs = decode_samples(values[i:j], here, codec)
+            b, pos, errs = decode_rest(values[i:j], here)
             batches.append(b)
             kept += [p + i for p in pos]
             for e in errs:

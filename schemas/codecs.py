@@ -80,13 +80,16 @@ class AvroCodec:
         return complete_forecast(rec) if self.schema == "forecast" else rec
 
 
-def codec_for(name: str, schema: str = "sample") -> JsonCodec | AvroCodec | ConfluentAvroCodec:
+#: a record codec of any of the three wire encodings
+RecordCodec = JsonCodec | AvroCodec | ConfluentAvroCodec
+#: the record codec of each wire encoding, by its name
+CODECS: dict[str, type[RecordCodec]] = {"json": JsonCodec, "avro": AvroCodec, "confluent-avro": ConfluentAvroCodec}
+
+
+def codec_for(name: str, schema: str = "sample") -> RecordCodec:
     """The codec called ``name`` ("json", "avro" or "confluent-avro": Schema Registry framing,
     :mod:`~perfsift.schemas.registry`) for records of ``schema``."""
-    if name == "json":
-        return JsonCodec(schema)
-    if name == "avro":
-        return AvroCodec(schema)
-    if name == "confluent-avro":
-        return ConfluentAvroCodec(schema)
-    raise ValueError(f"unknown encoding {name!r}: use 'json', 'avro' or 'confluent-avro'")
+    codec = CODECS.get(name)
+    if codec is None:
+        raise ValueError(f"unknown encoding {name!r}: use 'json', 'avro' or 'confluent-avro'")
+    return codec(schema)

@@ -1,35 +1,30 @@
-"""Encoding many records at once: a batch's samples, and forecasts, in JSON built column-wise
-(orjson serialises each numpy column in one call, a template joins the pieces, no dict per
-record), and records of any schema in JSON or Avro (:mod:`~perfsift.schemas.codecs`)."""
+"""Encoding many records at once in JSON, built column-wise: a batch's samples and a forecaster's
+batch (orjson serialises each numpy column in one call, a template joins the pieces, no dict per
+record). The wire encodings (:mod:`~perfsift.schemas.encodings`) use them; other records and
+encodings go one record at a time through :mod:`~perfsift.schemas.codecs`."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 import numpy as np
 import orjson
 from perfsift.operators.batch import Batch
 from perfsift.operators.rounding import round_sig
-from perfsift.schemas.batches import batch_to_samples
-from perfsift.schemas.codecs import codec_for
-from perfsift.schemas.forecast_wire import forecast_on_wire
 
 
-def encode_batch(batch: Batch, codec: str = "json", schema: str = "sample") -> list[bytes]:
-    """One encoded record per batch row (see :func:`batch_to_samples`).
+def encode_batch_json(batch: Batch) -> list[bytes]:
+    """One JSON record per batch row (the record of
+    :func:`~perfsift.schemas.batches.batch_to_samples`).
 
     JSON is built column-wise: orjson serialises each numpy column or matrix in one call (NaN and
     infinities as null), and a per-batch template joins the pieces, so no per-row dict is made.
 
     >>> from perfsift.schemas import samples_to_batch
     >>> b = samples_to_batch([{"ts": 1.5, "node": "a", "seq": 3, "metrics": {"x": None, "y": 2.0}}])
-    >>> encode_batch(b)[0]
+    >>> encode_batch_json(b)[0]
     b'{"ts":1.5,"node":"a","job":"default","seq":3,"metrics":{"x":null,"y":2.0}}'
     """
-    if codec != "json":
-        c = codec_for(codec, schema)
-        return [c.encode(r) for r in batch_to_samples(batch)]
     k = len(batch)
     if k == 0:
         return []
@@ -104,14 +99,3 @@ def encode_forecasts(out: Batch, methods: Sequence[str]) -> tuple[list[bytes], l
     template = b'{"ts":%s,"node":%s,"job":%s,"metric":%s,"forecast":%s,"sigma":%s,"method":%s%s,"mae":%s}'
     node_keys = [n.encode() for n in out.nodes]
     return [template % r for r in zip(*columns, strict=True)], [node_keys[i] for i in node_codes]
-
-
-def encode_records(records: Iterable[dict[str, Any]], codec: str = "json", schema: str = "sample") -> list[bytes]:
-    """Encode records of any schema (JSON: orjson, NaN as null; Avro: single-object encoding).
-    Forecast records go out without what readers derive (:mod:`~perfsift.schemas.forecast_wire`)."""
-    if codec == "json":
-        if schema == "forecast":
-            return [orjson.dumps(forecast_on_wire(r)) for r in records]
-        return [orjson.dumps(r) for r in records]
-    c = codec_for(codec, schema)
-    return [c.encode(r) for r in records]

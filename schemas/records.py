@@ -22,21 +22,11 @@ from importlib import resources
 from typing import Any, cast
 
 import fastavro
+from perfsift.schemas.kinds import SCHEMA_NAMES
 
 MAX_METRICS = 4096
 #: seq is a signed 64-bit counter (JSON parsers give integers up to 2**64 - 1)
 SEQ_MIN, SEQ_MAX = -(2**63), 2**63 - 1
-SCHEMA_NAMES = (
-    "sample",
-    "reduced",
-    "selection",
-    "contract",
-    "forecast",
-    "prediction",
-    "control",
-    "deadletter",
-    "state",
-)
 
 
 class RecordError(ValueError):

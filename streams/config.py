@@ -23,6 +23,8 @@ from typing import Any
 import yaml
 from perfsift.formats.settings import IngestConfigError, IngestSettings, parse_ingest
 from perfsift.operators import OPERATORS, Decider, Operator, Router
+from perfsift.schemas.encodings import ENCODINGS as WIRE_ENCODINGS
+from perfsift.schemas.encodings import Encoding, encoding_for
 from perfsift.schemas.registry import registry_settings
 from perfsift.streams.knowledge import clean_params
 from perfsift.streams.limits import Limits
@@ -30,7 +32,7 @@ from perfsift.streams.topics import DEFAULT_TOPIC, TOPICS, kind_of
 
 GUARANTEES = ("auto", "at_least_once", "exactly_once")
 #: the wire encodings of ``encoding:``
-ENCODINGS = ("json", "avro", "confluent-avro")
+ENCODINGS = tuple(WIRE_ENCODINGS)
 #: the topic of ``otlp_out: true``
 OTLP_TOPIC = "perf.reduced.otlp"
 FRAMINGS = ("columns", "records")
@@ -145,6 +147,12 @@ class PipelineConfig:
     schema_registry: dict[str, str] = field(default_factory=dict)
     stages: dict[str, StageConfig] = field(default_factory=dict)
     source: str = "<defaults>"
+
+    @property
+    def codec(self) -> Encoding:
+        """The object of the pipeline's wire encoding (``encoding:``, with its Schema Registry): a
+        runner asks for it once and keeps it (:mod:`perfsift.schemas.encodings`)."""
+        return encoding_for(self.encoding, self.schema_registry)
 
     def topic(self, name: str) -> str:
         """Full topic name with the configured prefix."""
@@ -375,7 +383,7 @@ def load_pipeline(
         raise ConfigError(f"{source}: guarantee must be one of {GUARANTEES}, got {cfg.guarantee!r}")
     if cfg.encoding not in ENCODINGS:
         raise ConfigError(f"{source}: encoding must be 'json', 'avro' or 'confluent-avro', got {cfg.encoding!r}")
-    if cfg.encoding == "confluent-avro" and not registry.get("url"):
+    if WIRE_ENCODINGS[cfg.encoding].needs_registry and not registry.get("url"):
         raise ConfigError(f"{source}: encoding confluent-avro needs schema_registry.url (or PERFSIFT_SR_URL)")
     if cfg.framing not in FRAMINGS:
         raise ConfigError(f"{source}: framing must be 'columns' or 'records', got {cfg.framing!r}")

@@ -33,7 +33,7 @@ from perfsift.streams.checkpoint import Checkpoints, Partition
 from perfsift.streams.clients import dead_letter_record, where
 from perfsift.streams.config import PipelineConfig, StageConfig
 from perfsift.streams.runner import StageRunner
-from perfsift.streams.stage import Chain, step
+from perfsift.streams.stage import Chain, sized, step_batch
 
 log = logging.getLogger("perfsift.ingest")
 
@@ -130,28 +130,31 @@ class IngestRunner(StageRunner):
                     dropped,
                 )
             self.stats.series_dropped += dropped
-        batch, refused = part.guard.check(batch)
-        for row, reason, detail in refused:  # no message to park: the sample itself is the record
+
+        def park(row: int, reason: str, detail: str) -> None:  # no message to park: the sample itself is the record
             job, node, ts, metrics = samples[row]
             value = orjson.dumps({"ts": ts, "node": node, "job": job, "metrics": metrics})
-            self.stats.dead_letter(reason)
-            self._produce(
-                self._dlq_topic,
-                dead_letter_record(self.stage.name, self._in_topic, -1, -1, node.encode(), value, detail),
-                node.encode(),
-            )
-        if len(batch):  # the runner's stage step: OTLP out, and an operator error parks the samples
-            gone = {row for row, _, _ in refused}
+            self._park_sample(node.encode(), value, detail, reason)
 
-            def park(why: str) -> None:
-                for job, node, ts, metrics in (x for row, x in enumerate(samples) if row not in gone):
-                    value = orjson.dumps({"ts": ts, "node": node, "job": job, "metrics": metrics})
-                    self.stats.dead_letter("operator_failed")
-                    rec = dead_letter_record(self.stage.name, self._in_topic, -1, -1, node.encode(), value, why)
-                    self._produce(self._dlq_topic, rec, node.encode())
-
-            step(part.chain, batch, self._emit, park, f"ingest stage {self.stage.name}")
+        # the runner's stage step: the limits, the chain, OTLP out, an operator error parks the samples
+        step_batch(
+            part.chain,
+            part.guard,
+            batch,
+            list(range(len(samples))),
+            self._emit,
+            park,
+            f"ingest stage {self.stage.name}",
+        )
         part.dirty = True  # the assembler changed: its snapshot goes with the next commit
+
+    def _park_sample(self, key: bytes, value: bytes, detail: str, reason: str) -> None:
+        """A sample (assembled here, so without an input message of its own) to the dead-letter topic."""
+        if self._silent:
+            return
+        self.stats.dead_letter(reason)
+        rec = dead_letter_record(self.stage.name, self._in_topic, -1, -1, key, value, detail)
+        self._produce(self._dlq_topic, rec, key)
 
     def _process_partition(self, tp: tuple[str, int], part: Partition, ms: list[Message]) -> None:
         settings = self._ingest
@@ -161,16 +164,18 @@ class IngestRunner(StageRunner):
             return
         asm, decode = assembler_of(part.chain, settings)
         asm.now = now = time.monotonic()
-        limit = part.guard.limits.max_record_bytes
         points = asm.points
         many = getattr(decode, "many", None)
         batch: list[Message] = []
-        for m in ms:
-            value = m.value()
+        values = [m.value() for m in ms]
+
+        def park(i: int, reason: str, detail: str) -> None:
+            self._dead_letter(ms[i], detail, reason)
+
+        for i in sized(values, part.guard, park):  # the stage step's size limit
+            m, value = ms[i], values[i]
             if value is None:
-                self._dead_letter(m, "empty message (null value)", "malformed")
-            elif len(value) > limit:
-                self._dead_letter(m, f"{len(value)} bytes, more than {limit}", "record_too_large")
+                park(i, "malformed", "empty message (null value)")
             elif many is not None:
                 batch.append(m)
             else:
@@ -193,7 +198,7 @@ class IngestRunner(StageRunner):
         if samples:
             self._publish(part, asm, samples)
         self.stats.records_in += len(ms)
-        part.cadence.since += self.stats.count_in(self.stage.input, [m.value() for m in ms])
+        part.cadence.since += self.stats.count_in(self.stage.input, values)
 
 
 def http_routes(runner: StageRunner) -> dict[str, Any]:

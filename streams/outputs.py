@@ -10,12 +10,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from perfsift.formats.otlp.otlp_out import KINDS as OTLP_KINDS
 from perfsift.formats.otlp.otlp_out import to_requests
 from perfsift.operators import Batch, Decider
-from perfsift.schemas import batch_to_samples, codec_for
-from perfsift.schemas.registry import ENCODING as CONFLUENT_AVRO
-from perfsift.schemas.registry import use_registry
+from perfsift.schemas import KINDS, Encoding, batch_to_samples
 from perfsift.streams.config import PipelineConfig, StageConfig
 from perfsift.streams.stage import Emitted
 
@@ -37,21 +34,19 @@ class StageOutputs:
     """Set up once per runner (registers the ``<topic>-value`` subjects of every topic the stage
     writes, when the encoding is ``confluent-avro``); :meth:`extend` sees every emitted batch."""
 
-    def __init__(self, pipeline: PipelineConfig, stage: StageConfig) -> None:
+    def __init__(self, pipeline: PipelineConfig, stage: StageConfig, encoding: Encoding | None = None) -> None:
         self.pipeline = pipeline
         self.stage = stage
+        #: the pipeline's wire encoding (the runner's, when it passes it)
+        self.encoding = encoding if encoding is not None else pipeline.codec
         kinds = written_kinds(stage)
-        if pipeline.encoding == CONFLUENT_AVRO:
-            registry = use_registry(pipeline.schema_registry)
-            for topic, kind in kinds.items():
-                registry.register(f"{pipeline.topic(topic)}-value", kind)
+        self.encoding.prepare({f"{pipeline.topic(topic)}-value": kind for topic, kind in kinds.items()})
         #: topics whose records go out as OTLP too, with their kind (one topic per kind)
         self.otlp: dict[str, str] = {}
         if pipeline.otlp_out:
             for topic, kind in kinds.items():
-                if kind in OTLP_KINDS and kind not in self.otlp.values():
+                if KINDS[kind].otlp and kind not in self.otlp.values():
                     self.otlp[topic] = kind
-        self._codecs = {kind: codec_for(pipeline.encoding, kind) for kind in self.otlp.values()}
 
     def extend(self, emitted: Emitted) -> Emitted:
         """The chain's outputs with what this stage adds to them: the OTLP copy of its results,
@@ -79,5 +74,5 @@ class StageOutputs:
         parts = output.get(kind) if isinstance(output, dict) and kind == "reduced" else None
         if isinstance(parts, list) and all(isinstance(p, Batch) for p in parts):
             return (r for b in parts for r in batch_to_samples(b))
-        codec = self._codecs[kind]
+        codec = self.encoding.codec(kind)
         return (codec.decode(r) for r in encoded)

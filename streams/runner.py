@@ -29,7 +29,6 @@ from collections.abc import Callable
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
-from perfsift.schemas.batches import warm_up_decoder
 from perfsift.streams.access import AccessError, refused
 from perfsift.streams.align import forget, in_order, pace, restart, stage_aligner, timed, with_end_events
 from perfsift.streams.broker import is_embedded_cluster
@@ -111,9 +110,10 @@ class StageRunner:
         state = pipeline.topic(STATE_TOPIC), pipeline.partitions, stage.name, pipeline.snapshot_chunk_bytes
         self._checkpoints = Checkpoints(kafka, self.group_id, *state)
         self._checkpoints.snapshots = pipeline.snapshots
-        self._template = Chain(stage, pipeline.encoding, pipeline.framing)
-        self._decode = sample_decoder(pipeline.encoding)
-        self._outputs = StageOutputs(pipeline, stage)  # registry subjects, OTLP out
+        codec = pipeline.codec  # the wire encoding's object, one for the runner's chains, decoder and outputs
+        self._template = Chain(stage, codec, pipeline.framing)
+        self._decode = sample_decoder(codec)
+        self._outputs = StageOutputs(pipeline, stage, codec)  # registry subjects, OTLP out
         self._fingerprint = self._template.fingerprint()  # the template also serves the warm-up
         self._consumer: Consumer | None = None
         self._producer: Producer | None = None
@@ -128,7 +128,7 @@ class StageRunner:
         self.cooperative = False
         self.loop_started: float | None = None  # monotonic time the consume loop began (readiness)
         self.join_timeout_s = JOIN_TIMEOUT_S
-        self._align = stage_aligner(pipeline.event_time_skew_s if self.aligned else math.inf, pipeline.encoding)
+        self._align = stage_aligner(pipeline.event_time_skew_s if self.aligned else math.inf, codec)
 
     aligned = True  #: whether the input partitions are read in event-time order (False: their records are no samples)
 
@@ -227,8 +227,7 @@ class StageRunner:
 
     def _warm_up(self) -> None:
         t = time.monotonic()
-        json_in = [warm_up_decoder] if self.pipeline.encoding == "json" else []  # the raw-sample scanner
-        for warm in [*(op.warm_up for op in self._template.operators), *json_in]:
+        for warm in [*(op.warm_up for op in self._template.operators), self._template.encoding.warm_up]:
             try:
                 warm()
             except Exception:  # only a head start: the first batch will load what this did not

@@ -18,10 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from perfsift.operators import Batch, Decider, Operator, Output, Router
-from perfsift.operators.forecast.forecast import PRIMARIES
-from perfsift.schemas import RecordError, encode_batch, encode_records
-from perfsift.schemas.batches import decode_samples
-from perfsift.schemas.encode import encode_forecasts
+from perfsift.schemas import KINDS, Encoding, RecordError, encoding_for
 from perfsift.schemas.frames import encode_frames
 from perfsift.streams.config import StageConfig
 from perfsift.streams.limits import LIMIT_REASONS, Guard
@@ -34,12 +31,6 @@ log = logging.getLogger("perfsift.stage")
 Encoded = dict[str, tuple[list[bytes], list[bytes]]]
 #: sample batches, each for some topics (a stage's outputs, or taps)
 Taps = list[tuple[tuple[str, ...], Batch]]
-
-#: column-wise JSON for a kind of decision a decider returns as a batch: the bytes that encoding
-#: its ``records()`` gives, without a dict per record
-COLUMNAR_JSON: dict[str, Callable[[Batch], tuple[list[bytes], list[bytes]]]] = {
-    "forecast": lambda out: encode_forecasts(out, PRIMARIES),
-}
 
 
 class StageError(RuntimeError):
@@ -186,9 +177,10 @@ class Emitted:
 class Chain:
     """One stage's operators, fresh, for one stream of samples (see the module docstring)."""
 
-    def __init__(self, stage: StageConfig, encoding: str, framing: str = "records") -> None:
+    def __init__(self, stage: StageConfig, encoding: str | Encoding, framing: str = "records") -> None:
         self.stage = stage
-        self.encoding = encoding
+        #: the pipeline's wire encoding (a name is made into its object once, here)
+        self.encoding = encoding_for(encoding)
         #: ``columns``: samples to the topics only perfsift reads go out as column frames
         self.framing = framing
         self.operators = stage.build_chain()
@@ -253,12 +245,12 @@ class Chain:
             if not topics:  # an optional kind the stage sends nowhere
                 continue
             if router.outputs[kind]:  # batches of samples of this kind
-                values = [v for b in parts for v in encode_batch(b, self.encoding, kind)]
+                values = [v for b in parts for v in self.encoding.encode_batch(b, kind)]
                 count += len(values)
                 for t in topics:
                     result[t] = (values, [k for b in parts for k in batch_keys(b, key_of(t, kind))])
             else:
-                values = encode_records(parts, self.encoding, kind)
+                values = self.encoding.encode_records(parts, kind)
                 count += len(values)
                 for t in topics:
                     field_ = key_of(t, kind)
@@ -267,44 +259,54 @@ class Chain:
 
 
 #: decodes one micro-batch's messages into samples: ``(values, place) -> (batch, kept, errors)``,
-#: as :func:`~perfsift.schemas.batches.decode_samples` with the pipeline's encoding bound
+#: the pipeline's :meth:`~perfsift.schemas.encodings.Encoding.decode_samples`
 SampleDecoder = Callable[[Sequence[bytes | None], Callable[[int], str]], tuple[Batch, list[int], list[RecordError]]]
 #: parks one input record: ``(input position, dead-letter reason, detail)``
 Park = Callable[[int, str, str], None]
 
 
-def sample_decoder(encoding: str) -> SampleDecoder:
+def sample_decoder(encoding: str | Encoding) -> SampleDecoder:
     """The decoder of samples in ``encoding`` (column frames are recognised in any)."""
-
-    def decode(
-        values: Sequence[bytes | None], place: Callable[[int], str]
-    ) -> tuple[Batch, list[int], list[RecordError]]:
-        return decode_samples(values, place, encoding)
-
-    return decode
+    return encoding_for(encoding).decode_samples
 
 
-def admit(
-    values: Sequence[bytes | None], guard: Guard, decode: SampleDecoder, place: Callable[[int], str], park: Park
-) -> tuple[Batch, list[int]]:
-    """Decode and guard one micro-batch: records over ``max_record_bytes``, records that do not
-    decode and samples over the other limits go to ``park`` (input position, reason, detail), in
-    that order; returns the batch of the others and, per row, its input position."""
+def sized(values: Sequence[bytes | None], guard: Guard, park: Park) -> Sequence[int]:
+    """The input positions of the records within ``max_record_bytes``; the others go to ``park`` as
+    ``record_too_large``."""
     big = guard.oversized(values)  # type: ignore[arg-type]
     for i in big:
         park(i, "record_too_large", f"{len(values[i] or b'')} bytes, more than {guard.limits.max_record_bytes}")
+    if not big:
+        return range(len(values))
     skip = set(big)
-    pos = [i for i in range(len(values)) if i not in skip] if big else range(len(values))
-    batch, kept, errors = decode([values[i] for i in pos] if big else values, lambda i: place(pos[i]))
+    return [i for i in range(len(values)) if i not in skip]
+
+
+def decoded(
+    values: Sequence[bytes | None], guard: Guard, decode: SampleDecoder, place: Callable[[int], str], park: Park
+) -> tuple[Batch, list[int]]:
+    """The records of one micro-batch within ``max_record_bytes`` (:func:`sized`), decoded: the
+    batch and, per row, its input position; a record that does not decode goes to ``park`` as
+    ``malformed``."""
+    pos = sized(values, guard, park)
+    whole = len(pos) == len(values)
+    batch, kept, errors = decode(values if whole else [values[i] for i in pos], lambda i: place(pos[i]))
     for e in errors:
         park(pos[e.index], "malformed", e.reason)
+    return batch, kept if whole else [pos[k] for k in kept]
+
+
+def guarded(batch: Batch, rows: list[int], guard: Guard, park: Park) -> tuple[Batch, list[int]]:
+    """The rows of ``batch`` within the partition's other limits (``Guard.check``) and, per row,
+    its input position (``rows``: the input position of each row of ``batch``); the samples over a
+    limit go to ``park`` with the limit's reason."""
     batch, refused = guard.check(batch)
     for row, reason, detail in refused:
-        park(pos[kept[row]], reason, detail)
+        park(rows[row], reason, detail)
     if refused:
         gone = {row for row, _, _ in refused}
-        kept = [k for row, k in enumerate(kept) if row not in gone]
-    return batch, [pos[k] for k in kept] if big else kept
+        rows = [p for row, p in enumerate(rows) if row not in gone]
+    return batch, rows
 
 
 def step(
@@ -329,6 +331,32 @@ def step(
     return True
 
 
+def step_batch(
+    chain: Chain,
+    guard: Guard,
+    batch: Batch,
+    rows: list[int],
+    publish: Callable[[Emitted], None],
+    park: Park,
+    at: str,
+    after: Callable[[Operator, Any, float], None] | None = None,
+) -> bool:
+    """A batch of samples through the rest of the stage: the limits (:func:`guarded`), the chain and
+    its outputs to ``publish`` (:func:`step`). ``rows`` is the input position of each row; a sample
+    over a limit goes to ``park`` with its position and reason, and when an operator fails every
+    record of the batch does (a column frame's once), as ``operator_failed``. The ingest stage's
+    assembled samples come in here; records, through :func:`step_records`. True when the chain ran."""
+    batch, kept = guarded(batch, rows, guard, park)
+    if not len(batch):
+        return False
+
+    def failed(why: str) -> None:
+        for i in dict.fromkeys(kept):
+            park(i, "operator_failed", why)
+
+    return step(chain, batch, publish, failed, at, after)
+
+
 def step_records(
     chain: Chain,
     guard: Guard,
@@ -340,30 +368,25 @@ def step_records(
     at: str,
     after: Callable[[Operator, Any, float], None] | None = None,
 ) -> bool:
-    """One micro-batch of records through the whole stage: decode, guard (:func:`admit`), the chain
-    and its outputs to ``publish`` (:func:`step`). Every record that does not make it goes to ``park``
-    with its input position and reason; when an operator fails, every record of the batch does (a
-    column frame's once), as ``operator_failed``. The Kafka runner and ``perfsift analyze`` both
-    run their records through here. True when the chain ran."""
-    batch, kept = admit(values, guard, decode, place, park)
-    if not len(batch):
-        return False
-
-    def failed(why: str) -> None:
-        for i in dict.fromkeys(kept):
-            park(i, "operator_failed", why)
-
-    return step(chain, batch, publish, failed, at, after)
+    """One micro-batch of records through the whole stage: decoded (:func:`decoded`: the size limit,
+    the decoder), then :func:`step_batch` (the other limits, the chain, its outputs to
+    ``publish``). Every record that does not make it goes to ``park`` with its input position and
+    reason. The Kafka runner and ``perfsift analyze`` both run their records through here. True
+    when the chain ran."""
+    return step_batch(chain, guard, *decoded(values, guard, decode, place, park), publish, park, at, after)
 
 
-def encode_decisions(op: Decider, out: Batch | list[dict[str, Any]], encoding: str) -> tuple[list[bytes], list[bytes]]:
-    """A decider's output as (encoded records, message keys), keyed by its kind's key field."""
-    columnar = COLUMNAR_JSON.get(op.output) if encoding == "json" and isinstance(out, Batch) else None
-    if columnar is not None:
-        return columnar(out)  # type: ignore[arg-type]
+def encode_decisions(
+    op: Decider, out: Batch | list[dict[str, Any]], encoding: Encoding
+) -> tuple[list[bytes], list[bytes]]:
+    """A decider's output as (encoded records, message keys), keyed by its kind's key field; built
+    column-wise where the kind has a columnar form in the encoding (``Kind.columnar_json``)."""
+    columnar = KINDS[op.output].columnar_json if encoding.columnar else None
+    if columnar is not None and isinstance(out, Batch):
+        return columnar(out)
     records = op.records(out)
     field_ = key_of("", op.output)
-    return encode_records(records, encoding, op.output), [str(r[field_]).encode() for r in records]
+    return encoding.encode_records(records, op.output), [str(r[field_]).encode() for r in records]
 
 
 def batch_keys(batch: Batch, key: str) -> list[bytes]:
@@ -373,7 +396,7 @@ def batch_keys(batch: Batch, key: str) -> list[bytes]:
     return [encoded[i] for i in idx.tolist()]
 
 
-def encode_samples(taps: Taps, encoding: str, framing: str = "records") -> Encoded:
+def encode_samples(taps: Taps, encoding: Encoding, framing: str = "records") -> Encoded:
     """Sample batches, each for some topics, as (encoded messages, message keys) per topic: one
     record per sample, each batch encoded once and keyed per topic by the topic's key (node, or job
     for ``perf.smoothed.byjob``); with ``framing="columns"``, column frames (one per key and batch,
@@ -389,7 +412,7 @@ def encode_samples(taps: Taps, encoding: str, framing: str = "records") -> Encod
                 keys += frame_keys
                 continue
             if encoded is None:
-                encoded = encode_batch(batch, encoding)
+                encoded = encoding.encode_batch(batch)
             enc += encoded
             keys += batch_keys(batch, key_of(t))
     return result

@@ -1,8 +1,9 @@
-"""The one table of topics (ARCHITECTURE.md, Topics): name, the kind of record it carries (a
-schema in ``schemas/``), the record field that keys its messages and its cleanup policy.
+"""The topics: the default topic of every kind of record (:data:`~perfsift.schemas.kinds.KINDS`)
+and the other topics that carry samples, each with its name, the kind of record it carries, the
+record field that keys its messages, its cleanup policy and its report file.
 
 Operators name the *kind* of what they emit (:class:`~perfsift.operators.base.Decider.output`,
-:class:`~perfsift.operators.base.Router.outputs`); this table says which topic carries each kind by
+:class:`~perfsift.operators.base.Router.outputs`); the kinds' table says which topic carries each kind by
 default and how its messages are keyed. Creating the topics on a cluster is
 :func:`perfsift.streams.clients.create_pipeline_topics`'s job.
 """
@@ -10,6 +11,8 @@ default and how its messages are keyed. Creating the topics on a cluster is
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from perfsift.schemas.kinds import KINDS, Kind
 
 
 @dataclass(frozen=True)
@@ -28,54 +31,33 @@ class TopicSpec:
     file: str = ""
 
 
-STATE_TOPIC = "perf.state"
-DEADLETTER_TOPIC = "perf.deadletter"
+def _default_topic(kind: Kind) -> TopicSpec:
+    return TopicSpec(kind.topic, kind.key, kind.name, kind.what, kind.compacted, file=kind.file)
+
+
+STATE_TOPIC = KINDS["state"].topic
+DEADLETTER_TOPIC = KINDS["deadletter"].topic
+
+#: the topics that carry samples besides the sample kind's default (perf.raw)
+SAMPLE_TOPICS = (
+    TopicSpec("perf.clean", "node", "sample", "outliers handled, missing values imputed, counters scaled"),
+    TopicSpec("perf.smoothed", "node", "sample", "sliding-window averages (optional)", framed=True),
+    TopicSpec("perf.smoothed.byjob", "job", "sample", "sliding-window averages keyed by job (pursuit)", framed=True),
+)
 
 #: default topic names, before the configurable prefix
 TOPICS: dict[str, TopicSpec] = {
     t.name: t
     for t in [
-        TopicSpec("perf.raw", "node", "sample", "samples as published"),
-        TopicSpec("perf.clean", "node", "sample", "outliers handled, missing values imputed, counters scaled"),
-        TopicSpec("perf.smoothed", "node", "sample", "sliding-window averages (optional)", framed=True),
-        TopicSpec(
-            "perf.smoothed.byjob", "job", "sample", "sliding-window averages keyed by job (pursuit)", framed=True
-        ),
-        TopicSpec(
-            "perf.selection",
-            "job",
-            "selection",
-            "decisions: metrics chosen, scores, version",
-            True,
-            file="selection.jsonl",
-        ),
-        TopicSpec(
-            "perf.reduced", "node", "reduced", "smoothed samples with only the selected metrics", file="reduced.jsonl"
-        ),
-        TopicSpec("perf.contract", "node", "contract", "contract evaluation per node", file="contract.jsonl"),
-        TopicSpec("perf.forecast", "node", "forecast", "forecasts with +-2 sigma bounds", file="forecast.jsonl"),
-        TopicSpec(
-            "perf.prediction",
-            "job",
-            "prediction",
-            "structural-model predictions, observed values, verdicts",
-            file="prediction.jsonl",
-        ),
-        TopicSpec(
-            "perf.control", "job", "control", "feedback to producers: which metrics to keep", True, file="control.jsonl"
-        ),
-        TopicSpec(DEADLETTER_TOPIC, "-", "deadletter", "records that could not be decoded or processed"),
-        TopicSpec(STATE_TOPIC, "stage/topic/partition", "state", "operator snapshots with their offsets", True),
+        _default_topic(KINDS["sample"]),
+        *SAMPLE_TOPICS,
+        *(_default_topic(k) for k in KINDS.values() if k.name != "sample"),
     ]
 }
 
 #: the topic that carries each kind of record by default; samples go to several topics, so a stage
 #: that emits samples names its outputs
-DEFAULT_TOPIC: dict[str, str] = {t.schema: t.name for t in TOPICS.values() if t.schema != "sample"}
-
-
-#: topic -> the file of a report folder its records go to (topics not listed are not written)
-REPORT_FILES: dict[str, str] = {t.name: t.file for t in TOPICS.values() if t.file}
+DEFAULT_TOPIC: dict[str, str] = {k.name: k.topic for k in KINDS.values() if k.name != "sample"}
 
 
 def kind_of(topic: str) -> str | None:
@@ -87,8 +69,11 @@ def kind_of(topic: str) -> str | None:
 def key_of(topic: str, kind: str = "sample") -> str:
     """The record field that keys messages on ``topic``: the table's, or for a topic that is not in
     the table, that of the default topic of its kind (``node`` for samples)."""
-    spec = TOPICS.get(topic) or TOPICS.get(DEFAULT_TOPIC.get(kind, "perf.raw"))
-    return spec.key if spec is not None else "node"
+    spec = TOPICS.get(topic)
+    if spec is not None:
+        return spec.key
+    known = KINDS.get(kind)
+    return known.key if known is not None else "node"
 
 
 def topic_configs(compacted: bool, retention_ms: int) -> dict[str, str]:

@@ -2,7 +2,8 @@
 perfsift's sliding mean in a faust agent, its state in a faust Table, on the embedded broker.
 
 Settings come from the environment: PERFSIFT_FAUST_BROKER (host:port), PERFSIFT_FAUST_IN and
-PERFSIFT_FAUST_OUT (topics), PERFSIFT_FAUST_APP (the app id, also the consumer group)."""
+PERFSIFT_FAUST_OUT (topics), PERFSIFT_FAUST_APP (the app id, also the consumer group),
+PERFSIFT_FAUST_DATADIR (faust's data directory; ``{app id}-data`` in the working directory if unset)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ app = faust.App(
     store="memory://",
     topic_partitions=1,
     web_enabled=False,
+    datadir=os.environ.get("PERFSIFT_FAUST_DATADIR", "{conf.name}-data"),
     # on the embedded broker a worker's group join took half the session timeout: 30 s a join with
     # faust's default of 60 s, 5 s with this (measured in tests/integration/test_adapters_faust.py)
     broker_session_timeout=10.0,

@@ -23,7 +23,7 @@ perf.prediction    ``perfsift.prediction.mean``, ``.lower``, ``.upper``,       `
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
@@ -31,9 +31,11 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, InstrumentationSc
 from opentelemetry.proto.metrics.v1.metrics_pb2 import Metric, ResourceMetrics, ScopeMetrics
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from perfsift.schemas.forecast_wire import complete_forecast
+from perfsift.schemas.kinds import KINDS as RECORD_KINDS
 
-#: the kinds of record that have an OTLP form
-KINDS = ("reduced", "forecast", "contract", "prediction")
+#: the kinds of record that have an OTLP form (``otlp=True`` in the kinds' table; each has its
+#: mapping in :data:`POINTS`)
+KINDS = tuple(k.name for k in RECORD_KINDS.values() if k.otlp)
 SCOPE = InstrumentationScope(name="perfsift")
 _BOUNDS = (
     ("forecast", ""),
@@ -55,33 +57,49 @@ def _number(v: Any) -> bool:
     return (type(v) is float or type(v) is int) and v == v
 
 
+def _reduced(rec: dict[str, Any], ts: float) -> list[Point]:
+    return [(f"perfsift.reduced.{m}", (), ts, float(v)) for m, v in rec["metrics"].items() if _number(v)]
+
+
+def _forecast(rec: dict[str, Any], ts: float) -> list[Point]:
+    attrs: tuple[tuple[str, str], ...] = (("metric", str(rec["metric"])),)
+    rec = complete_forecast(dict(rec))  # a record as written lacks its bounds (schemas/forecast_wire.py)
+    return [(f"perfsift.forecast{suffix}", attrs, ts, float(rec[f])) for f, suffix in _BOUNDS if _number(rec.get(f))]
+
+
+def _contract(rec: dict[str, Any], ts: float) -> list[Point]:
+    out: list[Point] = []
+    if _number(rec.get("violation")):
+        out.append(("perfsift.contract.violation", (), ts, float(rec["violation"])))
+    if _number(rec.get("smoothed")):
+        out.append(("perfsift.contract.violation.smoothed", (), ts, float(rec["smoothed"])))
+    if rec.get("state") in ("ok", "violated"):
+        out.append(("perfsift.contract.violated", (), ts, 1.0 if rec["state"] == "violated" else 0.0))
+    for space, ev in (rec.get("spaces") or {}).items():
+        if isinstance(ev, dict) and _number(ev.get("violation")):
+            out.append(("perfsift.contract.space.violation", (("space", str(space)),), ts, float(ev["violation"])))
+    return out
+
+
+def _prediction(rec: dict[str, Any], ts: float) -> list[Point]:
+    attrs = (("model", str(rec["model"])), ("output", str(rec["output"])))
+    return [(f"perfsift.prediction.{f}", attrs, ts, float(rec[f])) for f in _PREDICTED if _number(rec.get(f))]
+
+
+#: the gauge points of one record (and its time in seconds), per kind of record
+POINTS: dict[str, Callable[[dict[str, Any], float], list[Point]]] = {
+    "reduced": _reduced,
+    "forecast": _forecast,
+    "contract": _contract,
+    "prediction": _prediction,
+}
+
+
 def points(kind: str, rec: dict[str, Any]) -> list[Point]:
     """The gauge points of one record of ``kind`` (see the module docstring)."""
-    ts = float(rec["ts"])
-    if kind == "reduced":
-        return [(f"perfsift.reduced.{m}", (), ts, float(v)) for m, v in rec["metrics"].items() if _number(v)]
-    if kind == "forecast":
-        attrs: tuple[tuple[str, str], ...] = (("metric", str(rec["metric"])),)
-        rec = complete_forecast(dict(rec))  # a record as written lacks its bounds (schemas/forecast_wire.py)
-        return [
-            (f"perfsift.forecast{suffix}", attrs, ts, float(rec[f])) for f, suffix in _BOUNDS if _number(rec.get(f))
-        ]
-    if kind == "contract":
-        out: list[Point] = []
-        if _number(rec.get("violation")):
-            out.append(("perfsift.contract.violation", (), ts, float(rec["violation"])))
-        if _number(rec.get("smoothed")):
-            out.append(("perfsift.contract.violation.smoothed", (), ts, float(rec["smoothed"])))
-        if rec.get("state") in ("ok", "violated"):
-            out.append(("perfsift.contract.violated", (), ts, 1.0 if rec["state"] == "violated" else 0.0))
-        for space, ev in (rec.get("spaces") or {}).items():
-            if isinstance(ev, dict) and _number(ev.get("violation")):
-                out.append(("perfsift.contract.space.violation", (("space", str(space)),), ts, float(ev["violation"])))
-        return out
-    if kind == "prediction":
-        attrs = (("model", str(rec["model"])), ("output", str(rec["output"])))
-        return [(f"perfsift.prediction.{f}", attrs, ts, float(rec[f])) for f in _PREDICTED if _number(rec.get(f))]
-    raise ValueError(f"no OTLP form for {kind!r} records; known: {', '.join(KINDS)}")
+    if kind not in KINDS:
+        raise ValueError(f"no OTLP form for {kind!r} records; known: {', '.join(KINDS)}")
+    return POINTS[kind](rec, float(rec["ts"]))
 
 
 def _kv(key: str, value: str) -> KeyValue:
@@ -103,6 +121,7 @@ def to_requests(kind: str, records: Iterable[dict[str, Any]]) -> tuple[list[byte
     if kind not in KINDS:
         raise ValueError(f"no OTLP form for {kind!r} records; known: {', '.join(KINDS)}")
     #: per resource: gauge name -> its Metric and the Metric's point list (in order of appearance)
+    to_points = POINTS[kind]
     by_resource: dict[tuple[str, str], dict[str, tuple[Metric, Any]]] = {}
     names: dict[str, str] = {}  # reduced: metric -> gauge name
     labels: dict[tuple[tuple[str, str], ...], list[KeyValue]] = {}
@@ -124,7 +143,7 @@ def to_requests(kind: str, records: Iterable[dict[str, Any]]) -> tuple[list[byte
                     gauge = gauges[name] = _gauge(name)
                 gauge[1].add(time_unix_nano=t, as_double=v)
             continue
-        for name, attrs, ts, value in points(kind, rec):
+        for name, attrs, ts, value in to_points(rec, float(rec["ts"])):
             gauge = gauges.get(name)
             if gauge is None:
                 gauge = gauges[name] = _gauge(name)

@@ -44,6 +44,7 @@ from perfsift.operators.forecast._nws_rows import (
     window_sums,
 )
 from perfsift.operators.forecast.records import bank_output, forecast_records
+from perfsift.operators.forecast.threads import kernel_threads
 
 __all__ = ["PRIMARIES", "ForecastBank", "forecast_records"]  # PRIMARIES: the names of the method indices
 
@@ -236,46 +237,47 @@ class ForecastBank(Decider):
         ss = np.ascontiguousarray(s[order], dtype=np.int64)
         seg = np.flatnonzero(np.r_[True, ss[1:] != ss[:-1], True]).astype(np.int64)
         dest = np.ascontiguousarray(cell[order], dtype=np.int64)
-        _nws_kernel.step(
-            ss,
-            values[dest],  # one gather, in series order
-            dest,
-            seg,
-            self.hist_,
-            self.pos_,
-            self.count_,
-            self.mean_,
-            self.exp_,
-            self.adapt_w_,
-            self.pending_,
-            self.cum_se_,
-            self.cum_ae_,
-            self.run_se_,
-            self.run_ae_,
-            self.ring_se_,
-            self.ring_ae_,
-            self.err_se_,
-            self.err_ae_,
-            self.scores_,
-            self.sel_pending_,
-            self.sel_se_,
-            self.sel_ae_,
-            self.sel_choice_,
-            self.fin_se_,
-            self.fin_ae_,
-            self.fin_n_,
-            self.fin_mse_f_,
-            self.fin_mae_f_,
-            self.win_v_,
-            self.win_n_,
-            _GAINS,
-            _ADAPTIVE,
-            _WINDOWS,
-            self.mode == "flat",
-            int(self.sel_window),
-            bool(self.nws_compat),
-            *outs,
-        )
+        with kernel_threads(len(s)):  # one thread for a small call (threads.py)
+            _nws_kernel.step(
+                ss,
+                values[dest],  # one gather, in series order
+                dest,
+                seg,
+                self.hist_,
+                self.pos_,
+                self.count_,
+                self.mean_,
+                self.exp_,
+                self.adapt_w_,
+                self.pending_,
+                self.cum_se_,
+                self.cum_ae_,
+                self.run_se_,
+                self.run_ae_,
+                self.ring_se_,
+                self.ring_ae_,
+                self.err_se_,
+                self.err_ae_,
+                self.scores_,
+                self.sel_pending_,
+                self.sel_se_,
+                self.sel_ae_,
+                self.sel_choice_,
+                self.fin_se_,
+                self.fin_ae_,
+                self.fin_n_,
+                self.fin_mse_f_,
+                self.fin_mae_f_,
+                self.win_v_,
+                self.win_n_,
+                _GAINS,
+                _ADAPTIVE,
+                _WINDOWS,
+                self.mode == "flat",
+                int(self.sel_window),
+                bool(self.nws_compat),
+                *outs,
+            )
 
     def _step(self, s: np.ndarray, x: np.ndarray) -> np.ndarray:
         """numpy reference: feed x[i] to series s[i] (distinct series); return the primary behind

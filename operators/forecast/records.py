@@ -9,6 +9,12 @@ from perfsift.operators.batch import Batch
 from perfsift.operators.forecast._nws_constants import PRIMARIES
 from perfsift.operators.rounding import MAE_SIGMA, forecast_bounds
 
+#: the fields of a perf.forecast record, in the order the records are made
+FIELDS = (
+    *("ts", "node", "job", "metric", "forecast", "sigma", "lower", "upper", "method"),
+    *("mae_forecast", "mae", "lower_mae", "upper_mae"),
+)
+
 
 def bank_output(
     batch: Batch, out: np.ndarray, sigma: np.ndarray, mae_f: np.ndarray, mae: np.ndarray, method: np.ndarray
@@ -68,6 +74,4 @@ def forecast_records(out: Batch) -> list[dict[str, Any]]:
         or_none(hi_a, known_a),
         strict=True,
     )
-    keys = ("ts", "node", "job", "metric", "forecast", "sigma", "lower", "upper", "method")
-    keys_mae = ("mae_forecast", "mae", "lower_mae", "upper_mae")
-    return [dict(zip(keys + keys_mae, f, strict=True)) for f in fields]
+    return [dict(zip(FIELDS, f, strict=True)) for f in fields]

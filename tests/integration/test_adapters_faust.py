@@ -56,6 +56,7 @@ def produce(bootstrap: str, topic: str, samples: list[dict]) -> None:
 def start_worker(bootstrap: str, app: str, topic_in: str, topic_out: str, log: Path) -> subprocess.Popen:
     env = dict(
         os.environ,
+        PERFSIFT_FAUST_DATADIR=str(log.parent / "faust-data"),  # not in the checkout
         PERFSIFT_FAUST_BROKER=bootstrap,
         PERFSIFT_FAUST_APP=app,
         PERFSIFT_FAUST_IN=topic_in,

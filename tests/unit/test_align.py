@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 from perfsift.operators.batch import Batch
-from perfsift.schemas.encode import encode_batch
+from perfsift.schemas import encode_batch
 from perfsift.streams.align import Aligner, event_times
 
 A, B, C = ("in", 0), ("in", 1), ("in", 2)
@@ -175,6 +175,35 @@ def test_event_times_of_sample_messages() -> None:
     rows = Batch.from_columns(ts=[5.0, 7.0], nodes=["a", "b"], metrics=["cpu"], values=[[1.0], [2.0]])
     values = [*encode_batch(rows), b"not json"]
     assert event_times(values, "json").tolist() == [5.0, 7.0, -math.inf]
+
+
+def test_event_times_read_from_the_leading_ts_are_the_decoders() -> None:
+    """A JSON sample that starts with its ts is timed from that number without a decode: the same
+    times as decoding every message (a time the decoder refuses, another shape, a frame, a
+    non-JSON number such as 1_0 or an overflow go through the decoder)."""
+    from perfsift.schemas import decode_samples
+    from perfsift.schemas.frames import encode_frames
+
+    rows = Batch.from_columns(
+        ts=[5.25, 0.1 + 0.2, 1.7e9 + 1 / 3], nodes=["a", "b", "a"], metrics=["x"], values=[[1.0], [2.0], [3.0]]
+    )
+    values = [
+        *encode_batch(rows),
+        *encode_frames(rows, "job")[0],
+        b'{"ts":1e400,"node":"a","metrics":{}}',
+        b'{"node":"a","ts":3.0,"metrics":{}}',
+        b'{"ts":1_0,"node":"a","metrics":{}}',
+        b'{"ts":-0.0,"node":"a","metrics":{"x":1.0}}',
+        b'{"ts":12.5e-1,"node":"a","metrics":{"x":1.0}}',
+        b"not json",
+        None,
+    ]
+    batch, kept, _ = decode_samples(values, None, "json")
+    decoded = np.full(len(values), -math.inf)
+    np.maximum.at(decoded, np.asarray(kept), batch.ts)
+    got = event_times(values, "json")
+    assert got.tolist() == decoded.tolist()
+    assert got[:3].tolist() == rows.ts.tolist() and got[3] == rows.ts.max() and got[-3] == 1.25
 
 
 def test_end_reported_while_holding_counts_once_the_held_messages_are_through() -> None:

@@ -143,7 +143,8 @@ def test_column_wise_json_equals_the_records_encoded_one_by_one() -> None:
     """perf.forecast's fast JSON path writes byte for byte what orjson writes for each record,
     null bounds before the first scored forecast, missing values and odd names included."""
     from perfsift.operators.forecast.records import forecast_records
-    from perfsift.schemas.encode import encode_forecasts, encode_records
+    from perfsift.schemas import encode_records
+    from perfsift.schemas.encode import encode_forecasts
 
     rng = np.random.default_rng(5)
     k = 600

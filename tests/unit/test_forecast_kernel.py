@@ -148,3 +148,49 @@ def test_a_column_major_batch_gives_the_same_forecasts() -> None:
     np.testing.assert_array_equal(f.values, c.values)
     np.testing.assert_array_equal(f.extra["method"], c.extra["method"])
     assert np.isnan(c.values[np.isnan(vals)]).all() and not np.isnan(c.values[~np.isnan(vals)]).any()
+
+
+def test_small_calls_on_one_thread_forecast_as_on_numba_threads(monkeypatch: Any) -> None:
+    """A call under ``PARALLEL_FROM`` values runs on the calling thread alone (threads.py): the
+    forecasts are the same bits as with the series on numba's threads, and the thread count is
+    given back after each call."""
+    import numba
+    from perfsift.operators.forecast import threads
+
+    rng = np.random.default_rng(3)
+    p, t = 40, 60
+    rows = [
+        Batch.from_columns(
+            ts=[float(k)] * p, nodes=[f"n{i}" for i in range(p)], metrics=["a", "b"], values=rng.normal(50, 5, (p, 2))
+        )
+        for k in range(t)
+    ]
+    before = numba.get_num_threads()
+    one = ForecastBank()
+    seen: list[int] = []
+    real = threads.kernel_threads
+
+    def spy(items: int) -> Any:
+        cm = real(items)
+
+        class Spy:
+            def __enter__(self) -> None:
+                cm.__enter__()
+                seen.append(numba.get_num_threads())
+
+            def __exit__(self, *exc: Any) -> None:
+                cm.__exit__(*exc)
+
+        return Spy()
+
+    monkeypatch.setattr("perfsift.operators.forecast.forecast.kernel_threads", spy)
+    small = [one.update(b) for b in rows]
+    assert seen == [1] * t and numba.get_num_threads() == before
+    monkeypatch.setattr(threads, "PARALLEL_FROM", 0)
+    monkeypatch.setattr("perfsift.operators.forecast.forecast.kernel_threads", threads.kernel_threads)
+    many = ForecastBank()
+    wide = [many.update(b) for b in rows]
+    for a, b in zip(small, wide, strict=True):
+        np.testing.assert_array_equal(a.values, b.values)
+        np.testing.assert_array_equal(a.extra["sigma"], b.extra["sigma"])
+        np.testing.assert_array_equal(a.extra["method"], b.extra["method"])

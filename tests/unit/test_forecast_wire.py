@@ -13,9 +13,9 @@ import pytest
 from perfsift.operators.batch import Batch
 from perfsift.operators.forecast.forecast import PRIMARIES, ForecastBank
 from perfsift.operators.rounding import round_sig, round_sig_one
-from perfsift.schemas import codec_for
+from perfsift.schemas import codec_for, encode_records
 from perfsift.schemas.detect import decode_any
-from perfsift.schemas.encode import encode_forecasts, encode_records
+from perfsift.schemas.encode import encode_forecasts
 from perfsift.schemas.forecast_wire import DERIVED_FIELDS, complete_forecast, forecast_on_wire
 from perfsift.schemas.records import load_schema
 
@@ -95,3 +95,27 @@ def test_the_scalar_rounding_readers_use_gives_the_writers_bits() -> None:
     xs = np.concatenate([rng.normal(0, 1, n) * 10.0 ** rng.integers(-12, 15, n), near_tens, edges])
     got = np.array([round_sig_one(float(x)) for x in xs])
     np.testing.assert_array_equal(got, round_sig(xs))
+
+
+def test_forecasts_in_columns_are_the_bytes_of_the_records_one_by_one(made: tuple[Batch, list[dict]]) -> None:
+    """schemas/forecast_json.py: the bank's records (a 1e9 level jump, gaps, unknown σ at the
+    start) and records made elsewhere - a bound that is not the derived one, a null bound beside a
+    known σ, a NaN σ, an int time - give the bytes forecast_on_wire and orjson give record by record."""
+    from perfsift.schemas.forecast_json import forecasts_json
+
+    _, records = made
+    one_by_one = [orjson.dumps(forecast_on_wire(r)) for r in records]
+    assert forecasts_json(records) == one_by_one
+    assert any(r["sigma"] is None for r in records) and any(r["sigma"] is not None for r in records)
+    odd = [dict(r) for r in records[:40]]
+    odd[30]["lower"] = odd[30]["forecast"] - 1.0  # kept: not what a reader derives
+    odd[31]["upper_mae"] = None  # kept as null beside a known MAE
+    odd[32]["sigma"] = float("nan")  # written null; the bounds kept (a NaN is derived)
+    odd[33]["mae_forecast"] = odd[33]["forecast"]  # left out
+    expect = [orjson.dumps(forecast_on_wire(r)) for r in odd]
+    got = forecasts_json(odd)
+    assert got == expect
+    assert b'"lower":' in got[30] and b'"upper_mae":null' in got[31] and b'"mae_forecast"' not in got[33]
+    assert b'"sigma":null,"lower":' in got[32]
+    odd[0]["ts"] = 17  # an int: the records go one by one, the same bytes
+    assert forecasts_json(odd) == [orjson.dumps(forecast_on_wire(r)) for r in odd]
