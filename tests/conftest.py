@@ -5,9 +5,12 @@ from __future__ import annotations
 import os
 
 # One BLAS thread per process: the suite runs one xdist worker per core, and small solves in
-# OpenBLAS's threads on a loaded 2-core machine ran 10-25x slower than on one. Set before numpy is
-# first imported (below, through perfsift); the CLI subprocesses the tests start inherit it.
-for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+# OpenBLAS's threads on a loaded 2-core machine ran 10-25x slower than on one. The same for numba's
+# threads: the forecast kernel (parallel=True) fed one timestamp at a time (ModelPredictor) took
+# 10 ms a call on a loaded 2-core machine with two threads, 1 ms with one (the conformance checks
+# of ``predict``: 17 s -> 6 s per 1000 rows). Set before numpy and numba are first imported
+# (below, through perfsift); the CLI subprocesses the tests start inherit it.
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 import subprocess
 import sys
@@ -69,22 +72,25 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
 
 
 #: About how many seconds the longest test files take on two loaded cores (issue #29's measures:
-#: the cluster file 4-8 min, the chaos, scaling and e2e runs 30-48 s a test; faust's 47 s since its
-#: app's short session timeout; the e2e files' numbers are their tests' count times that).
-#: ``--dist loadfile`` hands whole files to the workers in collection order
+#: the cluster file 4-8 min; the conformance checks 350 s with -n 0 at load 5, most of it
+#: data_reduction's and predict's streams; the chaos, scaling and e2e runs 25-48 s a test; faust's
+#: 47 s since its app's short session timeout; the e2e files' numbers are their tests' count times
+#: that). ``--dist loadfile`` hands whole files to the workers in collection order
 #: (``--no-loadscope-reorder`` in pyproject.toml; xdist's own order puts the files with the most
 #: tests first, which left these single long tests to the end), so these go first, longest first:
-#: the three-node cluster file starts on one worker at once while the others share the other
-#: worker. Only their order matters; a file not listed keeps its place after them.
+#: the three-node cluster file starts on one worker at once and the conformance file on the other,
+#: then the rest share both. Only their order matters; a file not listed keeps its place after them.
 LONGEST_FILES: dict[str, float] = {
     "tests/integration/test_kafka_cluster.py": 360,
+    "tests/unit/test_conformance.py": 200,
     "tests/e2e/test_report.py": 120,
     "tests/e2e/test_cli.py": 90,
     "tests/integration/test_adapters_faust.py": 50,
-    "tests/integration/test_chaos_chunked_state.py": 48,
+    "tests/unit/test_forecast_precision.py": 50,
     "tests/integration/test_chaos_select.py": 45,
     "tests/integration/test_scaling.py": 40,
     "tests/e2e/test_live_report.py": 35,
+    "tests/integration/test_chaos_chunked_state.py": 30,
     "tests/e2e/test_encodings_cli.py": 30,
 }
 

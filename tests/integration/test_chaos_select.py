@@ -91,6 +91,8 @@ def test_select_worker_killed_mid_stream_gives_the_uninterrupted_output(
     create_pipeline_topics(cfg, kafka)
     samples = trace()
     want_reduced, want_sel = reference(samples)
+    # the reduced records the first half gives (480 of 5760: the pursuit's periods lag the input)
+    first_half = len(reference(samples[: len(samples) // 2])[0])
     logs = [tmp_path / "a.log", tmp_path / "b.log"]
     a = worker(config, kafka["bootstrap.servers"], logs[0])
     b = worker(config, kafka["bootstrap.servers"], logs[1])
@@ -108,7 +110,11 @@ def test_select_worker_killed_mid_stream_gives_the_uninterrupted_output(
     time.sleep(6)  # both join the group before data flows
     publisher = threading.Thread(target=publish, daemon=True)
     publisher.start()
-    read_topic(kafka, cfg.topic("perf.reduced"), lambda r: len(r) >= len(want_reduced) // 4, timeout=90)
+    # killed mid-stream: once the workers emitted half of what the first half gives (a quarter of
+    # the whole run's records, the condition before, came only near the stream's end, and after it
+    # on a loaded machine: "the stream ended before the kill")
+    halfway = read_topic(kafka, cfg.topic("perf.reduced"), lambda r: len(r) >= first_half // 2, timeout=90)
+    assert len(halfway) >= first_half // 2, f"the workers emitted {len(halfway)} reduced records in 90 s"
     a.send_signal(signal.SIGKILL)
     a.wait(10)
     assert publisher.is_alive(), "the stream ended before the kill; publish more slowly"

@@ -64,7 +64,10 @@ stages:
         src.produce(kafka, topic, bad)
         dead = read_topic(kafka, cfg.topic("perf.deadletter"), lambda r: len(r) >= 1, timeout=30)
         src.produce(kafka, topic, good)
-        assert wait_until(lambda: runner.stats.by_topic.get("perf.forecast", 0) >= 11, 60)
+        # both topics of the last batch counted (count_out adds them one after the other while this
+        # thread reads: under load it read the forecasts' count before the OTLP one existed)
+        outs = runner.stats.by_topic
+        assert wait_until(lambda: outs.get("perf.forecast", 0) >= 11 and outs.get("perf.reduced.otlp", 0) >= 1, 60)
         assert thread.is_alive() and not failures  # the operator error did not stop the worker
         n_otlp = runner.stats.by_topic["perf.reduced.otlp"]
         otlp = read_topic(kafka, cfg.topic("perf.reduced.otlp"), lambda r: len(r) >= n_otlp, decode=False)
