@@ -27,6 +27,7 @@ import numpy as np
 import orjson
 from perfsift.operators.forecast.records import FIELDS as BANK_FIELDS
 from perfsift.operators.rounding import MAE_SIGMA, round_sig
+from perfsift.schemas.encode import json_cells
 from perfsift.schemas.forecast_wire import forecast_on_wire
 
 _TEXT = ("node", "job", "metric", "method")
@@ -37,18 +38,18 @@ def forecasts_json(records: Iterable[dict[str, Any]]) -> list[bytes]:
     """``orjson.dumps(forecast_on_wire(r))`` for each record, the same bytes."""
     records = list(records)
     if not records or not all(tuple(r) == BANK_FIELDS for r in records):
-        return [orjson.dumps(forecast_on_wire(r)) for r in records]
+        return _one_by_one(records)
     cols = {k: [r[k] for r in records] for k in BANK_FIELDS}
     if not all(type(v) is float for k in ("ts", "forecast", "mae_forecast") for v in cols[k]) or not all(
         type(v) is str for k in _TEXT for v in cols[k]
     ):
-        return [orjson.dumps(forecast_on_wire(r)) for r in records]
+        return _one_by_one(records)
     nums: dict[str, np.ndarray] = {}
     none: dict[str, np.ndarray] = {}
     for k in ("sigma", "lower", "upper", "mae", "lower_mae", "upper_mae"):
         col = cols[k]
         if not all(v is None or type(v) is float for v in col):
-            return [orjson.dumps(forecast_on_wire(r)) for r in records]
+            return _one_by_one(records)
         none[k] = np.fromiter((v is None for v in col), dtype=bool, count=len(col))
         nums[k] = np.fromiter((np.nan if v is None else v for v in col), dtype=np.float64, count=len(col))
     f = np.array(cols["forecast"], dtype=np.float64)
@@ -58,7 +59,7 @@ def forecasts_json(records: Iterable[dict[str, Any]]) -> list[bytes]:
         """The ``,"name":value`` piece of each record, or b"" where forecast_on_wire drops it: the
         value equals the derived bound, or both are null."""
         drop = (none[name] & unknown) | (~none[name] & ~unknown & (nums[name] == derived))
-        cells = _cells(nums[name])
+        cells = json_cells(nums[name])
         head = b',"' + name.encode() + b'":'
         return [b"" if d else head + c for d, c in zip(drop.tolist(), cells, strict=True)]
 
@@ -74,29 +75,29 @@ def forecasts_json(records: Iterable[dict[str, Any]]) -> list[bytes]:
                 keep_bound(hi, round_sig(c + half), none[error]),
             ]
     same = (f_mae == f).tolist()
-    mae_forecast = [b"" if s else b',"mae_forecast":' + c for s, c in zip(same, _cells(f_mae), strict=True)]
+    mae_forecast = [b"" if s else b',"mae_forecast":' + c for s, c in zip(same, json_cells(f_mae), strict=True)]
     text = {k: _texts(cols[k]) for k in _TEXT}
     columns = [
-        _cells(np.array(cols["ts"], dtype=np.float64)),
+        json_cells(np.array(cols["ts"], dtype=np.float64)),
         text["node"],
         text["job"],
         text["metric"],
-        _cells(f),
-        _cells(nums["sigma"]),
+        json_cells(f),
+        json_cells(nums["sigma"]),
         pieces[0],
         pieces[1],
         text["method"],
         mae_forecast,
-        _cells(nums["mae"]),
+        json_cells(nums["mae"]),
         pieces[2],
         pieces[3],
     ]
     return [_TEMPLATE % r for r in zip(*columns, strict=True)]
 
 
-def _cells(arr: np.ndarray) -> list[bytes]:
-    """orjson's text of each float (NaN as null), in one call."""
-    return orjson.dumps(np.ascontiguousarray(arr), option=orjson.OPT_SERIALIZE_NUMPY)[1:-1].split(b",")
+def _one_by_one(records: list[dict[str, Any]]) -> list[bytes]:
+    """Records of another shape: ``forecast_on_wire`` and orjson, record by record."""
+    return [orjson.dumps(forecast_on_wire(r)) for r in records]
 
 
 def _texts(values: list[str]) -> list[bytes]:
