@@ -58,7 +58,7 @@ class StageOutputs:
         for topic, kind in self.otlp.items():
             encoded = emitted.topics.get(topic)
             if encoded and encoded[0]:
-                v, k = to_requests(kind, self._records(kind, encoded[0], emitted.output))
+                v, k = to_requests(kind, self._records(kind, emitted))
                 values += v
                 keys += k
         if values:
@@ -67,12 +67,18 @@ class StageOutputs:
             have[1].extend(keys)
         return emitted
 
-    def _records(self, kind: str, encoded: list[bytes], output: Any) -> Iterable[dict[str, Any]]:
-        """The records of ``kind`` the chain emitted, as dicts: a router's reduced samples from the
-        batches it returned (the hot path: nothing read back from what was just encoded); the
-        other kinds (a few records per period) decoded from ``encoded``, as they were written."""
-        parts = output.get(kind) if isinstance(output, dict) and kind == "reduced" else None
-        if isinstance(parts, list) and all(isinstance(p, Batch) for p in parts):
+    def _records(self, kind: str, emitted: Emitted) -> Iterable[dict[str, Any]]:
+        """The records of ``kind`` the chain emitted, from what the last operator returned (nothing
+        read back from what was just encoded): a router's parts of that kind (batches of samples
+        become sample dicts), a decider's records (``Decider.records``). Decoded wire records equal
+        them bit for bit (forecasts: :mod:`~perfsift.schemas.forecast_wire`), so the OTLP copy is
+        the same as from the topic."""
+        output = emitted.output
+        if emitted.decider is not None:
+            return emitted.decider.records(output)  # type: ignore[arg-type]
+        parts = output.get(kind, []) if isinstance(output, dict) else output
+        if not isinstance(parts, list):
+            raise TypeError(f"otlp_out: the chain's {kind} records are a {type(parts).__name__}, not a list")
+        if parts and all(isinstance(p, Batch) for p in parts):
             return (r for b in parts for r in batch_to_samples(b))
-        codec = self.encoding.codec(kind)
-        return (codec.decode(r) for r in encoded)
+        return parts

@@ -172,6 +172,8 @@ class Emitted:
     records: int
     #: the last operator's output as it returned it (None when the chain produced nothing)
     output: Output | None = None
+    #: the last operator when it is a decider: its ``records(output)`` are the records written
+    decider: Decider | None = None
 
 
 class Chain:
@@ -232,7 +234,7 @@ class Chain:
             return Emitted(*self._encode_routed(last, out), out)  # type: ignore[arg-type]
         if isinstance(last, Decider):
             values, keys = encode_decisions(last, out, self.encoding)  # type: ignore[arg-type]
-            return Emitted({t: (values, keys) for t in self.stage.outputs}, len(values), out)
+            return Emitted({t: (values, keys) for t in self.stage.outputs}, len(values), out, last)
         if not isinstance(out, Batch):  # a transformer that broke its contract
             raise StageError(f"stage {self.stage.name}: {type(last).__name__} must return a batch of samples")
         return Emitted(encode_samples([(self.stage.outputs, out)], self.encoding, self.framing), len(out), out)
