@@ -79,6 +79,7 @@ class StageOutputs:
         parts = output.get(kind, []) if isinstance(output, dict) else output
         if not isinstance(parts, list):
             raise TypeError(f"otlp_out: the chain's {kind} records are a {type(parts).__name__}, not a list")
-        if parts and all(isinstance(p, Batch) for p in parts):
-            return (r for b in parts for r in batch_to_samples(b))
+        batches = [p for p in parts if isinstance(p, Batch)]
+        if batches and len(batches) == len(parts):
+            return (r for b in batches for r in batch_to_samples(b))
         return parts
