@@ -7,7 +7,7 @@ results (``otlp_out``: :mod:`perfsift.formats.otlp.otlp_out`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from perfsift.formats.otlp.otlp_out import to_requests
@@ -77,8 +77,8 @@ class StageOutputs:
         if emitted.decider is not None:
             return emitted.decider.records(output)  # type: ignore[arg-type]
         parts = output.get(kind, []) if isinstance(output, dict) else output
-        if not isinstance(parts, list):
-            raise TypeError(f"otlp_out: the chain's {kind} records are a {type(parts).__name__}, not a list")
+        if not isinstance(parts, Sequence) or isinstance(parts, str | bytes):
+            raise TypeError(f"otlp_out: the chain's {kind} records are a {type(parts).__name__}, not a sequence")
         batches = [p for p in parts if isinstance(p, Batch)]
         if batches and len(batches) == len(parts):
             return (r for b in batches for r in batch_to_samples(b))
