@@ -41,7 +41,7 @@ def forecasts_json(records: Iterable[dict[str, Any]]) -> list[bytes]:
     forecast-bank batches (:class:`~perfsift.operators.forecast.records.ForecastRecords`) straight
     from the batches' columns (:func:`~perfsift.schemas.encode.encode_forecasts`, no dicts)."""
     if isinstance(records, ForecastRecords):
-        return [v for b in records.batches for v in encode_forecasts(b, PRIMARIES)[0]]
+        return encode_forecasts(records.batches, PRIMARIES)[0]
     records = list(records)
     if not records or not all(tuple(r) == BANK_FIELDS for r in records):
         return _one_by_one(records)

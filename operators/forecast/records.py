@@ -37,15 +37,33 @@ def bank_output(
     )
 
 
-def forecast_records(out: Batch) -> list[dict[str, Any]]:
-    """perf.forecast records (schemas/forecast.avsc): one per row and forecast metric. The fields
-    are taken from whole columns (``tolist``) and zipped, not indexed value by value: one record
-    per value is the select stage's hot spot on a wide job (docs/benchmarks.md)."""
-    rows, cols = np.nonzero(~np.isnan(out.values))
-    if not len(rows):
+def forecast_records(out: Batch | Sequence[Batch]) -> list[dict[str, Any]]:
+    """perf.forecast records (schemas/forecast.avsc): one per row and forecast metric, of one bank
+    output batch or of several in order. The fields are taken from whole columns (``tolist``) and
+    zipped, not indexed value by value, and the numbers of all the batches are rounded in one pass
+    (elementwise, so the same values as batch by batch): one record per value is the select stage's
+    hot spot on a wide job (docs/benchmarks.md)."""
+    outs = [out] if isinstance(out, Batch) else list(out)
+    cells = [np.nonzero(~np.isnan(b.values)) for b in outs]
+    if not sum(len(r) for r, _ in cells):
         return []
-    fs, ss, lo, hi = forecast_bounds(out.values[rows, cols], out.extra["sigma"][rows, cols])
-    fa, ma, lo_a, hi_a = forecast_bounds(out.extra["mae_forecast"][rows, cols], out.extra["mae"][rows, cols], MAE_SIGMA)
+
+    def column(get: Any) -> np.ndarray:
+        """One field's values over every batch's cells (row-major per batch, batch after batch)."""
+        return np.concatenate([get(b)[r, c] for b, (r, c) in zip(outs, cells, strict=True)])
+
+    def names(table: Any, codes: Any) -> list[str]:
+        """Names by their codes, batch after batch."""
+        return [
+            n
+            for b, rc in zip(outs, cells, strict=True)
+            for n in np.asarray(table(b), dtype=object)[codes(b, *rc)].tolist()
+        ]
+
+    fs, ss, lo, hi = forecast_bounds(column(lambda b: b.values), column(lambda b: b.extra["sigma"]))
+    fa, ma, lo_a, hi_a = forecast_bounds(
+        column(lambda b: b.extra["mae_forecast"]), column(lambda b: b.extra["mae"]), MAE_SIGMA
+    )
     known, known_a = ~np.isnan(ss), ~np.isnan(ma)
 
     def or_none(x: np.ndarray, mask: np.ndarray) -> list[float | None]:
@@ -55,20 +73,18 @@ def forecast_records(out: Batch) -> list[dict[str, Any]]:
         out: list[float | None] = y.tolist()
         return out
 
-    node_names = np.asarray(out.nodes, dtype=object)[out.node_idx[rows]].tolist()
-    job_names = np.asarray(out.jobs, dtype=object)[out.job_idx[rows]].tolist()
-    metrics = np.asarray(out.metrics, dtype=object)[cols].tolist()
-    methods = np.asarray(PRIMARIES, dtype=object)[out.extra["method"][rows, cols].astype(np.int64)].tolist()
+    ts = np.concatenate([b.ts[r] for b, (r, _) in zip(outs, cells, strict=True)])
+    method = column(lambda b: b.extra["method"]).astype(np.int64)
     fields = zip(
-        out.ts[rows].tolist(),
-        node_names,
-        job_names,
-        metrics,
+        ts.tolist(),
+        names(lambda b: b.nodes, lambda b, r, c: b.node_idx[r]),
+        names(lambda b: b.jobs, lambda b, r, c: b.job_idx[r]),
+        names(lambda b: b.metrics, lambda b, r, c: c),
         fs.tolist(),
         or_none(ss, known),
         or_none(lo, known),
         or_none(hi, known),
-        methods,
+        np.asarray(PRIMARIES, dtype=object)[method].tolist(),
         fa.tolist(),
         or_none(ma, known_a),
         or_none(lo_a, known_a),
@@ -108,7 +124,7 @@ class ForecastRecords(Sequence[dict[str, Any]]):
     def records(self) -> list[dict[str, Any]]:
         """Every record as a dict (made once)."""
         if self._made is None:
-            self._made = [r for b in self.batches for r in forecast_records(b)]
+            self._made = forecast_records(self.batches)  # one pass over all of them
         return self._made
 
     def __len__(self) -> int:
