@@ -118,10 +118,10 @@ PARTS = [
 ]
 
 
-def time_parts() -> collections.Counter[str]:
+def time_parts() -> collections.defaultdict[str, float]:
     """Wrap each of :data:`PARTS` (and every module's imported name of it) in a CPU timer; the
     counter fills as the stage runs."""
-    spent: collections.Counter[str] = collections.Counter()
+    spent: collections.defaultdict[str, float] = collections.defaultdict(float)
     for module, name in PARTS:
         mod = importlib.import_module(f"perfsift.{module}")
         owner: Any = mod
@@ -141,7 +141,7 @@ def time_parts() -> collections.Counter[str]:
     return spent
 
 
-def _timed(f: Callable[..., Any], name: str, spent: collections.Counter[str]) -> Callable[..., Any]:
+def _timed(f: Callable[..., Any], name: str, spent: collections.defaultdict[str, float]) -> Callable[..., Any]:
     inside = [0]
 
     def timed(*args: Any, **kwargs: Any) -> Any:
@@ -158,7 +158,7 @@ def _timed(f: Callable[..., Any], name: str, spent: collections.Counter[str]) ->
     return timed
 
 
-def run(n: int, batch: int, profile: str | None = None, warm: bool = True, parts: bool = False) -> dict[str, Any]:
+def run(n: int, batch: int, profile: str | None = None, warm: bool = True, by_part: bool = False) -> dict[str, Any]:
     msgs = raw_messages(n)
     node, select = Stage("node"), Stage("select")
     if warm:
@@ -179,7 +179,7 @@ def run(n: int, batch: int, profile: str | None = None, warm: bool = True, parts
                 node.step(p, parts[p][i : i + batch])
     prof.disable()
     frames = [v for v, _ in node.out.get("perf.smoothed.byjob", [])]
-    spent = time_parts() if parts else None
+    spent = time_parts() if by_part else None
     if profile == "select":
         prof.enable()
     for i in range(0, len(frames), 4):  # a few frames per consume batch
@@ -200,7 +200,7 @@ def run(n: int, batch: int, profile: str | None = None, warm: bool = True, parts
         cpu |= {"node_warm_up": round(node.warm_cpu, 2), "select_warm_up": round(select.warm_cpu, 2)}
     out: dict[str, Any] = {"cpu": cpu, "digests": digests}
     if spent is not None:
-        out["select_parts"] = {k: round(v, 3) for k, v in spent.most_common()}
+        out["select_parts"] = {k: round(v, 3) for k, v in sorted(spent.items(), key=lambda kv: -kv[1])}
     return out
 
 
@@ -282,7 +282,7 @@ def main() -> None:
         write_ab(runs, args.base, args.samples)
         print(orjson.dumps({s: [r["cpu"] for r in rs] for s, rs in runs.items()}).decode())
         return
-    r = run(args.samples, args.batch, args.profile, warm=not args.cold, parts=args.parts)
+    r = run(args.samples, args.batch, args.profile, warm=not args.cold, by_part=args.parts)
     print(orjson.dumps(r, option=orjson.OPT_INDENT_2).decode())
 
 
