@@ -27,7 +27,7 @@ import numpy as np
 from perfsift.operators.base import Router
 from perfsift.operators.batch import Batch
 from perfsift.operators.forecast.forecast import ForecastBank
-from perfsift.operators.forecast.records import forecast_records
+from perfsift.operators.forecast.records import ForecastRecords
 from perfsift.operators.pursuit.pursuit import ProjectionPursuit
 from perfsift.operators.reduction.reduction import DataReduction
 
@@ -143,7 +143,7 @@ class Reduce(Router):
 
     # -- streaming --------------------------------------------------------------------------------
     def update(self, batch: Batch) -> dict[str, Any]:
-        out: dict[str, Any] = {"reduced": [], "selection": [], "control": [], "forecast": []}
+        out: dict[str, Any] = {"reduced": [], "selection": [], "control": [], "forecast": ForecastRecords()}
         if len(batch) == 0:
             return out
         records: list[dict[str, Any]] = []
@@ -161,7 +161,7 @@ class Reduce(Router):
 
     def flush(self) -> dict[str, Any]:
         """End of an archived trace: close the open periods and let every held sample out."""
-        out: dict[str, Any] = {"reduced": [], "selection": [], "control": [], "forecast": []}
+        out: dict[str, Any] = {"reduced": [], "selection": [], "control": [], "forecast": ForecastRecords()}
         self._decide(self.pp_.flush() if self.pp_ is not None else [], out)
         self._release(out, final=True)
         return out
@@ -205,8 +205,9 @@ class Reduce(Router):
                     sel = rows[periods[rows] == q]
                     part = held.take(sel)
                     out["reduced"] += self._reduce_job(job, part, int(q))
-                    if self.fc_ is not None:
-                        out["forecast"] += self._forecast(job, part, int(q))
+                    forecasts = self._forecast(job, part, int(q)) if self.fc_ is not None else None
+                    if forecasts is not None:  # encoded from the batch, without a dict per record
+                        out["forecast"].add(forecasts)
 
     def _apply(self, rec: dict[str, Any], out: dict[str, Any]) -> None:
         st = self.jobs_.setdefault(rec["job"], _JobSelection())
@@ -257,15 +258,16 @@ class Reduce(Router):
                 kept, version = k, v
         return kept, version
 
-    def _forecast(self, job: str, rows: Batch, period: int) -> list[dict[str, Any]]:
-        """Forecast records of the kept metrics of one job's rows of one period."""
+    def _forecast(self, job: str, rows: Batch, period: int) -> Batch | None:
+        """The forecast bank's output (its records: :class:`ForecastRecords`) for the kept metrics of
+        one job's rows of one period; None when nothing is kept."""
         assert self.fc_ is not None
         kept, _ = self._in_force(job, period)
         cols = [j for j, m in enumerate(rows.metrics) if m in set(kept or ())]
         if not cols:
-            return []
+            return None
         kept_rows = rows.with_values(rows.values[:, cols], [rows.metrics[j] for j in cols])
-        return forecast_records(self.fc_.update(kept_rows))
+        return self.fc_.update(kept_rows)
 
     def _reduce_job(self, job: str, rows: Batch, period: int) -> list[Batch]:
         st = self.jobs_.setdefault(job, _JobSelection())

@@ -63,32 +63,39 @@ def json_cells(arr: np.ndarray) -> list[bytes]:
     return text[1:-1].split(b",")
 
 
-def encode_forecasts(out: Batch, methods: Sequence[str]) -> tuple[list[bytes], list[bytes]]:
+def encode_forecasts(out: Batch | Sequence[Batch], methods: Sequence[str]) -> tuple[list[bytes], list[bytes]]:
     """perf.forecast records in JSON, column-wise, and their keys (node): the bytes that
     ``orjson.dumps`` gives for ``forecast_on_wire(r)`` of each ``r`` in ``forecast_records(out)``,
     without a dict per record. The bounds are not written, nor ``mae_forecast`` where it equals
     the forecast: readers derive them (:mod:`~perfsift.schemas.forecast_wire`).
 
-    ``out`` is a forecaster's batch (values = forecasts, NaN where none; extra ``sigma``,
-    ``method`` - codes into ``methods`` - and ``mae_forecast``, ``mae``)."""
-    rows, cols = np.nonzero(~np.isnan(out.values))
-    if not len(rows):
+    ``out`` is a forecaster's batch, or several in order (values = forecasts, NaN where none; extra
+    ``sigma``, ``method`` - codes into ``methods`` - and ``mae_forecast``, ``mae``); several are
+    encoded in one pass (the numbers elementwise, so the same bytes as batch by batch)."""
+    outs = [out] if isinstance(out, Batch) else list(out)
+    cells = [np.nonzero(~np.isnan(b.values)) for b in outs]
+    if not sum(len(r) for r, _ in cells):
         return [], []
-    f, s = round_sig(out.values[rows, cols]), round_sig(out.extra["sigma"][rows, cols])
-    f_mae, mae = round_sig(out.extra["mae_forecast"][rows, cols]), round_sig(out.extra["mae"][rows, cols])
-    node_json = [orjson.dumps(n) for n in out.nodes]
-    job_json = [orjson.dumps(j) for j in out.jobs]
-    metric_json = [orjson.dumps(m) for m in out.metrics]
+    pairs = list(zip(outs, cells, strict=True))
+
+    def column(name: str) -> np.ndarray:
+        return np.concatenate([(b.values if name == "" else b.extra[name])[r, c] for b, (r, c) in pairs])
+
+    def texts(names: Sequence[str], codes: np.ndarray) -> list[bytes]:
+        encoded = [orjson.dumps(n) for n in names]
+        return [encoded[i] for i in codes.tolist()]
+
+    f, s = round_sig(column("")), round_sig(column("sigma"))
+    f_mae, mae = round_sig(column("mae_forecast")), round_sig(column("mae"))
     method_json = [orjson.dumps(m) for m in methods]
-    node_codes = out.node_idx[rows].tolist()
     columns = [
-        json_cells(out.ts[rows]),
-        [node_json[i] for i in node_codes],
-        [job_json[i] for i in out.job_idx[rows].tolist()],
-        [metric_json[j] for j in cols.tolist()],
+        json_cells(np.concatenate([b.ts[r] for b, (r, _) in pairs])),
+        [t for b, (r, _) in pairs for t in texts(b.nodes, b.node_idx[r])],
+        [t for b, (r, _) in pairs for t in texts(b.jobs, b.job_idx[r])],
+        [t for b, (_, c) in pairs for t in texts(b.metrics, c)],
         json_cells(f),
         json_cells(s),
-        [method_json[m] for m in out.extra["method"][rows, cols].astype(np.int64).tolist()],
+        [method_json[m] for m in column("method").astype(np.int64).tolist()],
         # mae_forecast only where it differs from the forecast (readers take the forecast where it is absent)
         [
             b"" if same else b',"mae_forecast":' + c
@@ -97,5 +104,11 @@ def encode_forecasts(out: Batch, methods: Sequence[str]) -> tuple[list[bytes], l
         json_cells(mae),
     ]
     template = b'{"ts":%s,"node":%s,"job":%s,"metric":%s,"forecast":%s,"sigma":%s,"method":%s%s,"mae":%s}'
-    node_keys = [n.encode() for n in out.nodes]
-    return [template % r for r in zip(*columns, strict=True)], [node_keys[i] for i in node_codes]
+    keys = [k for b, (r, _) in pairs for k in _names(b.nodes, b.node_idx[r])]
+    return [template % r for r in zip(*columns, strict=True)], keys
+
+
+def _names(names: Sequence[str], codes: np.ndarray) -> list[bytes]:
+    """Each code's name, UTF-8 (a message key)."""
+    encoded = [n.encode() for n in names]
+    return [encoded[i] for i in codes.tolist()]

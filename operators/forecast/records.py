@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterator, Sequence
+from typing import Any, overload
 
 import numpy as np
 from perfsift.operators.batch import Batch
@@ -36,15 +37,33 @@ def bank_output(
     )
 
 
-def forecast_records(out: Batch) -> list[dict[str, Any]]:
-    """perf.forecast records (schemas/forecast.avsc): one per row and forecast metric. The fields
-    are taken from whole columns (``tolist``) and zipped, not indexed value by value: one record
-    per value is the select stage's hot spot on a wide job (docs/benchmarks.md)."""
-    rows, cols = np.nonzero(~np.isnan(out.values))
-    if not len(rows):
+def forecast_records(out: Batch | Sequence[Batch]) -> list[dict[str, Any]]:
+    """perf.forecast records (schemas/forecast.avsc): one per row and forecast metric, of one bank
+    output batch or of several in order. The fields are taken from whole columns (``tolist``) and
+    zipped, not indexed value by value, and the numbers of all the batches are rounded in one pass
+    (elementwise, so the same values as batch by batch): one record per value is the select stage's
+    hot spot on a wide job (docs/benchmarks.md)."""
+    outs = [out] if isinstance(out, Batch) else list(out)
+    cells = [np.nonzero(~np.isnan(b.values)) for b in outs]
+    if not sum(len(r) for r, _ in cells):
         return []
-    fs, ss, lo, hi = forecast_bounds(out.values[rows, cols], out.extra["sigma"][rows, cols])
-    fa, ma, lo_a, hi_a = forecast_bounds(out.extra["mae_forecast"][rows, cols], out.extra["mae"][rows, cols], MAE_SIGMA)
+
+    def column(get: Any) -> np.ndarray:
+        """One field's values over every batch's cells (row-major per batch, batch after batch)."""
+        return np.concatenate([get(b)[r, c] for b, (r, c) in zip(outs, cells, strict=True)])
+
+    def names(table: Any, codes: Any) -> list[str]:
+        """Names by their codes, batch after batch."""
+        return [
+            n
+            for b, rc in zip(outs, cells, strict=True)
+            for n in np.asarray(table(b), dtype=object)[codes(b, *rc)].tolist()
+        ]
+
+    fs, ss, lo, hi = forecast_bounds(column(lambda b: b.values), column(lambda b: b.extra["sigma"]))
+    fa, ma, lo_a, hi_a = forecast_bounds(
+        column(lambda b: b.extra["mae_forecast"]), column(lambda b: b.extra["mae"]), MAE_SIGMA
+    )
     known, known_a = ~np.isnan(ss), ~np.isnan(ma)
 
     def or_none(x: np.ndarray, mask: np.ndarray) -> list[float | None]:
@@ -54,20 +73,18 @@ def forecast_records(out: Batch) -> list[dict[str, Any]]:
         out: list[float | None] = y.tolist()
         return out
 
-    node_names = np.asarray(out.nodes, dtype=object)[out.node_idx[rows]].tolist()
-    job_names = np.asarray(out.jobs, dtype=object)[out.job_idx[rows]].tolist()
-    metrics = np.asarray(out.metrics, dtype=object)[cols].tolist()
-    methods = np.asarray(PRIMARIES, dtype=object)[out.extra["method"][rows, cols].astype(np.int64)].tolist()
+    ts = np.concatenate([b.ts[r] for b, (r, _) in zip(outs, cells, strict=True)])
+    method = column(lambda b: b.extra["method"]).astype(np.int64)
     fields = zip(
-        out.ts[rows].tolist(),
-        node_names,
-        job_names,
-        metrics,
+        ts.tolist(),
+        names(lambda b: b.nodes, lambda b, r, c: b.node_idx[r]),
+        names(lambda b: b.jobs, lambda b, r, c: b.job_idx[r]),
+        names(lambda b: b.metrics, lambda b, r, c: c),
         fs.tolist(),
         or_none(ss, known),
         or_none(lo, known),
         or_none(hi, known),
-        methods,
+        np.asarray(PRIMARIES, dtype=object)[method].tolist(),
         fa.tolist(),
         or_none(ma, known_a),
         or_none(lo_a, known_a),
@@ -75,3 +92,62 @@ def forecast_records(out: Batch) -> list[dict[str, Any]]:
         strict=True,
     )
     return [dict(zip(FIELDS, f, strict=True)) for f in fields]
+
+
+class ForecastRecords(Sequence[dict[str, Any]]):
+    """The perf.forecast records of forecast-bank output batches (:func:`forecast_records` of each,
+    in order), made only when first read: an encoder that knows the batches
+    (:func:`~perfsift.schemas.forecast_json.forecasts_json`) writes them column-wise without a
+    dict per record, which costs more than the forecasts themselves (docs/benchmarks.md).
+
+    >>> from perfsift.operators.forecast.forecast import ForecastBank
+    >>> two = Batch.from_columns(ts=[0.0, 1.0], nodes=["a", "a"], metrics=["x"], values=[[1.0], [2.0]])
+    >>> out = ForecastBank().update(two)
+    >>> recs = ForecastRecords([out])
+    >>> len(recs), recs == forecast_records(out), recs[-1]["forecast"]
+    (2, True, 2.0)
+    """
+
+    def __init__(self, batches: Sequence[Batch] = ()) -> None:
+        self.batches: list[Batch] = []
+        self._count = 0
+        self._made: list[dict[str, Any]] | None = None
+        for b in batches:
+            self.add(b)
+
+    def add(self, out: Batch) -> None:
+        """One more bank output batch (its records come after those already held)."""
+        self.batches.append(out)
+        self._count += int(np.count_nonzero(~np.isnan(out.values)))
+        self._made = None
+
+    def records(self) -> list[dict[str, Any]]:
+        """Every record as a dict (made once)."""
+        if self._made is None:
+            self._made = forecast_records(self.batches)  # one pass over all of them
+        return self._made
+
+    def __len__(self) -> int:
+        return self._count
+
+    @overload
+    def __getitem__(self, i: int) -> dict[str, Any]: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[dict[str, Any]]: ...
+
+    def __getitem__(self, i: int | slice) -> dict[str, Any] | list[dict[str, Any]]:
+        return self.records()[i]
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return iter(self.records())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, ForecastRecords | list):
+            return self.records() == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, as a list
+
+    def __repr__(self) -> str:
+        return f"ForecastRecords({len(self.batches)} batches, {self._count} records)"
