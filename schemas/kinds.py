@@ -20,7 +20,7 @@ A new kind of record is one entry here and its ``schemas/<name>.avsc``; with ``o
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from perfsift.operators.batch import Batch
@@ -53,10 +53,10 @@ class Kind:
     prometheus: bool = False
     #: the records a decider returns as a batch, in JSON, built column-wise (the bytes that encoding
     #: its ``records()`` one by one gives, without a dict per record); None: one record at a time
-    columnar_json: Callable[[Batch], Encoded] | None = None
+    columnar_json: Callable[[Batch | Sequence[Batch]], Encoded] | None = None
 
 
-def _forecasts_json(out: Batch) -> Encoded:
+def _forecasts_json(out: Batch | Sequence[Batch]) -> Encoded:
     return encode_forecasts(out, PRIMARIES)
 
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from perfsift.operators import Batch, Decider, Operator, Output, Router
+from perfsift.operators.forecast.records import ForecastRecords
 from perfsift.schemas import KINDS, Encoding, RecordError, encoding_for
 from perfsift.schemas.frames import encode_frames
 from perfsift.streams.config import StageConfig
@@ -251,6 +252,11 @@ class Chain:
                 count += len(values)
                 for t in topics:
                     result[t] = (values, [k for b in parts for k in batch_keys(b, key_of(t, kind))])
+            elif (columnar := self._columnar(kind, parts, topics)) is not None:  # values and keys from columns
+                values, keys = columnar
+                count += len(values)
+                for t in topics:
+                    result[t] = (values, keys)
             else:
                 values = self.encoding.encode_records(parts, kind)
                 count += len(values)
@@ -258,6 +264,17 @@ class Chain:
                     field_ = key_of(t, kind)
                     result[t] = (values, [str(r[field_]).encode() for r in parts])
         return result, count
+
+    def _columnar(self, kind: str, parts: object, topics: Sequence[str]) -> tuple[list[bytes], list[bytes]] | None:
+        """A router's records of ``kind`` encoded with their keys from whole columns, when they are
+        forecast-bank batches not yet made into dicts (:class:`ForecastRecords`), the encoding builds
+        the kind column-wise and the topics are keyed by node (what the columnar form gives); else None."""
+        columnar = KINDS[kind].columnar_json if self.encoding.columnar else None
+        if columnar is None or not isinstance(parts, ForecastRecords):
+            return None
+        if any(key_of(t, kind) != "node" for t in topics):
+            return None
+        return columnar(parts.batches)
 
 
 #: decodes one micro-batch's messages into samples: ``(values, place) -> (batch, kept, errors)``,
