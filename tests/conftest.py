@@ -28,36 +28,50 @@ from tests.kafka_cluster import kafka_cluster  # noqa: F401 - the session's Apac
 from tests.schema_registry import schema_registry  # noqa: F401 - the session's Schema Registry, on demand
 
 #: numba's kernels in two groups, compiled side by side into the cache by two processes before the
-#: workers start: the cleaner's one large kernel (the longest compile by far: over 3 CPU-minutes in
-#: one measure on a loaded machine, against about one for the pursuit's and the forecast's
-#: together) and all the others
+#: workers start. Compile times of each warm-up into an empty cache (CPU seconds, one process,
+#: 2 cores at load 7-8): the forecast bank's one ``step`` kernel (parallel=True) 190, the pursuit
+#: 54, the JSON decoder 38, the cleaner 10 (one signature for all five modes), OTLP 6, dtw 1. So
+#: the forecast bank compiles alone and the rest (108) beside it: the warm-up ends with the
+#: forecast's compile, where the former split (the cleaner alone, the rest together) took 288.
 WARM_GROUPS = (
-    "from perfsift.operators.clean.clean import MODES, Clean\nfor mode in MODES:\n    Clean(mode=mode).warm_up()",
+    "from perfsift.operators.forecast.forecast import ForecastBank\nForecastBank().warm_up()",
     """from perfsift.analysis.quality import dtw
 from perfsift.formats.otlp.otlp_fast import warm_up
 from perfsift.formats.settings import IngestMap, IngestSettings
-from perfsift.operators.forecast.forecast import ForecastBank
+from perfsift.operators.clean.clean import MODES, Clean
 from perfsift.operators.pursuit.pursuit import ProjectionPursuit
 from perfsift.schemas.batches import warm_up_decoder
 ProjectionPursuit().warm_up()
-ForecastBank().warm_up()
+for mode in MODES:
+    Clean(mode=mode).warm_up()
 warm_up_decoder()
 warm_up(IngestSettings("otlp_proto", IngestMap()))
 dtw([1.0, 2.0], [1.0, 3.0])""",
 )
 
 
+_QUIET: dict[str, Any] = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """Fill numba's cache once, in the controller, before the xdist workers start: otherwise every
     worker (and every CLI subprocess a test starts before the cache is written) compiles the same
     kernels at once, ~30 s each on a loaded 2-core machine. On a fresh clone the compilation is
-    minutes of one core, so two processes share it (:data:`WARM_GROUPS`); then the controller
-    warms everything itself, which loads from the cache and compiles whatever the groups missed."""
+    minutes of one core, so two processes share it (:data:`WARM_GROUPS`), and with xdist workers
+    (a whole run, not ``-n 0`` on a few files) mypy fills its own cache beside the longer group;
+    then the controller warms everything itself, which loads from the cache and compiles whatever
+    the groups missed."""
     if hasattr(config, "workerinput"):  # an xdist worker: the controller did it
         return
-    groups = [subprocess.Popen([sys.executable, "-c", code]) for code in WARM_GROUPS]
-    for g in groups:
-        g.wait()
+    forecast, rest = (subprocess.Popen([sys.executable, "-c", code]) for code in WARM_GROUPS)
+    rest.wait()
+    # mypy's cache in the core the shorter group leaves idle (77 CPU-s cold, 1 warm): test_mypy
+    # then checks only the modules changed since (all of them, as ever, when none is cached)
+    workers = config.getoption("numprocesses", None)
+    mypy = workers and subprocess.Popen([sys.executable, "-m", "tests.typecheck"], cwd=config.rootpath, **_QUIET)
+    forecast.wait()
+    if mypy:
+        mypy.wait()
     from perfsift.operators.warm import warm
     from perfsift.schemas.batches import warm_up_decoder
 
