@@ -28,24 +28,26 @@ from tests.kafka_cluster import kafka_cluster  # noqa: F401 - the session's Apac
 from tests.schema_registry import schema_registry  # noqa: F401 - the session's Schema Registry, on demand
 
 #: numba's kernels in two groups, compiled side by side into the cache by two processes before the
-#: workers start. Compile times of each warm-up into an empty cache (CPU seconds, one process,
-#: 2 cores at load 7-8): the forecast bank's one ``step`` kernel (parallel=True) 190, the pursuit
-#: 54, the JSON decoder 38, the cleaner 10 (one signature for all five modes), OTLP 6, dtw 1. So
-#: the forecast bank compiles alone and the rest (108) beside it: the warm-up ends with the
-#: forecast's compile, where the former split (the cleaner alone, the rest together) took 288.
+#: workers start. Compile times of each warm-up into an empty cache (CPU seconds, one process): the
+#: forecast bank's ``step`` kernel 58 (190 while numba inlined the window primitives into it, see
+#: ``operators/forecast/_nws_windows.py``), the pursuit 54, the JSON decoder 38, the cleaner 10 (one
+#: signature for all five modes), OTLP 6, dtw 1 (load 3-8). So the forecast bank, the pursuit and
+#: OTLP compile in one process (about 118) and the rest (about 49) beside them, followed there by
+#: mypy's cache (77 cold): about two minutes of two cores on a fresh clone.
 WARM_GROUPS = (
-    "from perfsift.operators.forecast.forecast import ForecastBank\nForecastBank().warm_up()",
-    """from perfsift.analysis.quality import dtw
-from perfsift.formats.otlp.otlp_fast import warm_up
+    """from perfsift.formats.otlp.otlp_fast import warm_up
 from perfsift.formats.settings import IngestMap, IngestSettings
-from perfsift.operators.clean.clean import MODES, Clean
+from perfsift.operators.forecast.forecast import ForecastBank
 from perfsift.operators.pursuit.pursuit import ProjectionPursuit
-from perfsift.schemas.batches import warm_up_decoder
+ForecastBank().warm_up()
 ProjectionPursuit().warm_up()
+warm_up(IngestSettings("otlp_proto", IngestMap()))""",
+    """from perfsift.analysis.quality import dtw
+from perfsift.operators.clean.clean import MODES, Clean
+from perfsift.schemas.batches import warm_up_decoder
 for mode in MODES:
     Clean(mode=mode).warm_up()
 warm_up_decoder()
-warm_up(IngestSettings("otlp_proto", IngestMap()))
 dtw([1.0, 2.0], [1.0, 3.0])""",
 )
 
@@ -63,13 +65,13 @@ def pytest_configure(config: pytest.Config) -> None:
     the groups missed."""
     if hasattr(config, "workerinput"):  # an xdist worker: the controller did it
         return
-    forecast, rest = (subprocess.Popen([sys.executable, "-c", code]) for code in WARM_GROUPS)
-    rest.wait()
+    longer, shorter = (subprocess.Popen([sys.executable, "-c", code]) for code in WARM_GROUPS)
+    shorter.wait()
     # mypy's cache in the core the shorter group leaves idle (77 CPU-s cold, 1 warm): test_mypy
     # then checks only the modules changed since (all of them, as ever, when none is cached)
     workers = config.getoption("numprocesses", None)
     mypy = workers and subprocess.Popen([sys.executable, "-m", "tests.typecheck"], cwd=config.rootpath, **_QUIET)
-    forecast.wait()
+    longer.wait()
     if mypy:
         mypy.wait()
     from perfsift.operators.warm import warm

@@ -1,5 +1,5 @@
 """Sorted windows of each series' newest values, for the compiled NWS kernel
-(:mod:`perfsift.operators.forecast._nws_kernel`): numba primitives it inlines.
+(:mod:`perfsift.operators.forecast._nws_kernel`): numba primitives it calls.
 
 Each series keeps its newest values sorted in five windows: the fixed 5, 31 and 51 (medians,
 sliding and trimmed means are read off directly, sums in ascending order: equal to the reference's
@@ -14,9 +14,15 @@ arrival indexes are kept.
 A window is the cells ``wv[sid, o : o + m]`` of series sid's row (offset o, m values); the history
 ring ``hist[sid]`` holds the newest values, the next write at position p.
 
-numba's cache checks only the file of the function it compiled: after a change here (or in
-``_nws_constants.py``), clear the cache directory (``_numba``) or touch ``_nws_kernel.py``, or the
-cached kernel keeps running the old code.
+They are compiled as functions of their own (LLVM may still inline them), not inlined into the
+kernel by numba (``inline="always"``, as the kernel's own helpers are): numba's inlining of these
+too made the kernel's first compile 190 CPU-s instead of 58, for 9 % of its speed (40 batches of
+2,000 rows × 4 metrics, one thread: 0.73 against 0.67 CPU-s, the same outputs bit for bit;
+2026-11-27, issue #29) - minutes on every fresh install and CI run against a share of the forecast's
+CPU that the pipeline does not notice (0.24 of about 4 CPU-s in the select stage).
+
+numba checks a cached kernel against its own file only; :mod:`perfsift.operators._numba` names the
+cache folder after every kernel module's content, so a change here compiles afresh.
 """
 
 from __future__ import annotations
@@ -35,14 +41,14 @@ N_FIXED = 3  # windows 0..2 keep the newest min(cap, n) values; window 3 + a the
 F5, F31, F51 = int(OFFSETS[0]), int(OFFSETS[1]), int(OFFSETS[2])
 
 
-@njit(cache=True, inline="always", error_model="numpy")
+@njit(cache=True, error_model="numpy")
 def back(p: int, size: int) -> int:
     """Ring index of the value ``size`` places before position p (no modulo: it is slow)."""
     j = p - 1 - size
     return j + HISTORY if j < 0 else j
 
 
-@njit(cache=True, inline="always", error_model="numpy")
+@njit(cache=True, error_model="numpy")
 def _lower(wv: np.ndarray, sid: int, o: int, m: int, v: float) -> int:
     """First index in the sorted window at offset o (m values) holding a value >= v."""
     lo, hi = o, o + m
@@ -55,7 +61,7 @@ def _lower(wv: np.ndarray, sid: int, o: int, m: int, v: float) -> int:
     return lo
 
 
-@njit(cache=True, inline="always", error_model="numpy")
+@njit(cache=True, error_model="numpy")
 def insert(wv: np.ndarray, sid: int, o: int, m: int, v: float) -> None:
     """Insert v into the sorted window at offset o holding m values (fewer than its capacity)."""
     i = o + m
@@ -65,7 +71,7 @@ def insert(wv: np.ndarray, sid: int, o: int, m: int, v: float) -> None:
     wv[sid, i] = v
 
 
-@njit(cache=True, inline="always", error_model="numpy")
+@njit(cache=True, error_model="numpy")
 def replace(wv: np.ndarray, sid: int, o: int, m: int, old: float, v: float) -> None:
     """Swap the value ``old`` (one of the m values of the sorted window at offset o) for v: one
     binary search and one shift. Equal values are interchangeable, so any copy of old may go."""
@@ -82,7 +88,7 @@ def replace(wv: np.ndarray, sid: int, o: int, m: int, old: float, v: float) -> N
     wv[sid, r] = v
 
 
-@njit(cache=True, inline="always", error_model="numpy")
+@njit(cache=True, error_model="numpy")
 def _sort_small(v: np.ndarray, d: int) -> None:
     """Insertion sort of v[:d] (d is at most a step + 1)."""
     for i in range(1, d):
@@ -94,7 +100,7 @@ def _sort_small(v: np.ndarray, d: int) -> None:
         v[j] = x
 
 
-@njit(cache=True, inline="always", error_model="numpy")
+@njit(cache=True, error_model="numpy")
 def _without(wv: np.ndarray, sid: int, o: int, vals: np.ndarray, d: int, k: int) -> float:
     """The k-th smallest (0-based) of the window without the sorted vals[:d] (all in the window):
     one comparison per removed value, no search. Each removed value at or below the current pick
@@ -105,7 +111,7 @@ def _without(wv: np.ndarray, sid: int, o: int, vals: np.ndarray, d: int, k: int)
     return wv[sid, j]
 
 
-@njit(cache=True, inline="always", error_model="numpy")
+@njit(cache=True, error_model="numpy")
 def _with(wv: np.ndarray, sid: int, o: int, m: int, vals: np.ndarray, d: int, k: int) -> float:
     """The k-th smallest (0-based) of the window (m values) merged with the sorted vals[:d]: t of
     vals are among the k + 1 smallest, where vals[j] counts while it is no larger than the window's
@@ -120,14 +126,14 @@ def _with(wv: np.ndarray, sid: int, o: int, m: int, vals: np.ndarray, d: int, k:
     return max(a, b)
 
 
-@njit(cache=True, inline="always", error_model="numpy")
+@njit(cache=True, error_model="numpy")
 def _cswap(v: np.ndarray, i: int, j: int) -> None:
     a, b = v[i], v[j]
     v[i] = min(a, b)
     v[j] = max(a, b)
 
 
-@njit(cache=True, inline="always", error_model="numpy")
+@njit(cache=True, error_model="numpy")
 def _sort5(v: np.ndarray) -> None:
     """v[:5] sorted by a 9-comparator network: no branch to mispredict."""
     _cswap(v, 0, 1)
@@ -141,7 +147,7 @@ def _sort5(v: np.ndarray) -> None:
     _cswap(v, 1, 2)
 
 
-@njit(cache=True, inline="always", error_model="numpy")
+@njit(cache=True, error_model="numpy")
 def _oldest(hist: np.ndarray, sid: int, p: int, first: int, last: int, vals: np.ndarray) -> int:
     """The values of ages first..last - 1 (0 = newest; next ring write at p) into vals, sorted."""
     d = last - first
@@ -154,7 +160,7 @@ def _oldest(hist: np.ndarray, sid: int, p: int, first: int, last: int, vals: np.
     return d
 
 
-@njit(cache=True, inline="always", error_model="numpy")
+@njit(cache=True, error_model="numpy")
 def candidate(wv: np.ndarray, hist: np.ndarray, sid: int, p: int, o: int, m: int, c: int, vals: np.ndarray) -> float:
     """Median of the newest c values (next ring write at p) from the sorted window at offset o of
     the newest m: without its m - c oldest when c < m, with the c - m next older when c > m."""
@@ -169,7 +175,7 @@ def candidate(wv: np.ndarray, hist: np.ndarray, sid: int, p: int, o: int, m: int
     return hi if c % 2 else 0.5 * (_with(wv, sid, o, m, vals, d, c // 2 - 1) + hi)
 
 
-@njit(cache=True, inline="always", error_model="numpy")
+@njit(cache=True, error_model="numpy")
 def resize(
     wv: np.ndarray,
     hist: np.ndarray,
@@ -217,7 +223,7 @@ def resize(
     insert(wv, sid, o, m - d, xv)
 
 
-@njit(cache=True, inline="always", error_model="numpy")
+@njit(cache=True, error_model="numpy")
 def rebuild(wv: np.ndarray, hist: np.ndarray, adapt_w: np.ndarray, sid: int, p: int, n: int) -> None:
     """Sort the newest values of series sid (next ring write at p) into every window."""
     for q in range(CAPS.shape[0]):
@@ -226,12 +232,12 @@ def rebuild(wv: np.ndarray, hist: np.ndarray, adapt_w: np.ndarray, sid: int, p: 
             insert(wv, sid, OFFSETS[q], age, hist[sid, back(p, age)])
 
 
-@njit(cache=True, inline="always", error_model="numpy")
+@njit(cache=True, error_model="numpy")
 def median_of(wv: np.ndarray, sid: int, o: int, m: int) -> float:
     return 0.5 * (wv[sid, o + (m - 1) // 2] + wv[sid, o + m // 2])
 
 
-@njit(cache=True, inline="always", error_model="numpy")
+@njit(cache=True, error_model="numpy")
 def _sum(wv: np.ndarray, sid: int, lo: int, hi: int) -> float:
     """Sum of wv[sid, lo:hi] as four interleaved partial sums (one chain of dependent additions
     would wait on each; the result agrees with the reference's arrival-order sum to rounding)."""
@@ -249,13 +255,13 @@ def _sum(wv: np.ndarray, sid: int, lo: int, hi: int) -> float:
     return (s0 + s1) + (s2 + s3)
 
 
-@njit(cache=True, inline="always", error_model="numpy")
+@njit(cache=True, error_model="numpy")
 def mean_of(wv: np.ndarray, sid: int, o: int, m: int) -> float:
     """Mean of a window (the reference sums in arrival order: the two agree to rounding)."""
     return _sum(wv, sid, o, o + m) / m
 
 
-@njit(cache=True, inline="always", error_model="numpy")
+@njit(cache=True, error_model="numpy")
 def trimmed_of(wv: np.ndarray, sid: int, o: int, m: int) -> float:
     """Mean of the sorted window without its floor(0.3 m) smallest and largest values."""
     t = int(np.floor(TRIM * m))
