@@ -132,7 +132,7 @@ def runner_metrics(
     kafka = GaugeMetricFamily(
         "perfsift_kafka",
         "librdkafka statistics of the stage's clients (statistics.interval.ms): queue_messages, queue_bytes, "
-        "tx_bytes, rx_bytes, tx_messages, rx_messages, broker_rtt_seconds, group_rebalances, "
+        "tx_bytes, rx_bytes, tx_messages, rx_messages, broker_rtt_seconds, fetch_requests, group_rebalances, "
         "group_assigned_partitions",
         labels=["stage", "client", "statistic"],
     )
