@@ -42,15 +42,18 @@ def output_skew(records: list[dict]) -> float:
     return worst
 
 
-def run_stage(tmp_path: Path, kafka: dict[str, str], skew: float) -> list[dict]:
+def run_stage(tmp_path: Path, kafka: dict[str, str], skew: float, hold: int | None = None) -> tuple[list[dict], Any]:
+    """The stage's output in order and its counters; ``hold``: ``event_time_hold_bytes`` (None:
+    the default)."""
     prefix = f"evt{uuid.uuid4().hex[:8]}."
-    path = tmp_path / f"pipeline-{skew}.yaml"
+    path = tmp_path / f"pipeline-{skew}-{hold}.yaml"
     path.write_text(
         "\n".join(
             [
                 f'topic_prefix: "{prefix}"',
                 "partitions: 4",
                 f"event_time_skew_s: {'.inf' if math.isinf(skew) else skew}",
+                *([f"event_time_hold_bytes: {hold}"] if hold is not None else []),
                 "stages:",
                 "  smooth:",
                 "    input: perf.raw",
@@ -75,20 +78,26 @@ def run_stage(tmp_path: Path, kafka: dict[str, str], skew: float) -> list[dict]:
         runner.stop()
         thread.join(20)
     assert runner.stats.records_in == NODES * STEPS
-    return [orjson.loads(v) for v in read_topic_to_end(kafka, cfg.topic("perf.smoothed"))]
+    return [orjson.loads(v) for v in read_topic_to_end(kafka, cfg.topic("perf.smoothed"))], runner.stats
 
 
 def test_backlog_output_skew_is_bounded_with_alignment_and_the_trace_without(
     tmp_path: Path, kafka: dict[str, str]
 ) -> None:
-    aligned = run_stage(tmp_path, kafka, SKEW)
-    free = run_stage(tmp_path, kafka, math.inf)
-    assert len(aligned) == len(free) == NODES * STEPS
-    assert sorted((r["node"], r["ts"]) for r in aligned) == sorted((r["node"], r["ts"]) for r in free)
-    a, f = output_skew(aligned), output_skew(free)
+    """By default (``event_time_hold_bytes`` 32 MiB, more than this backlog) the partitions ahead
+    are held without a pause; with 0 they are paused as soon as they run ahead: the same bound."""
+    aligned, held = run_stage(tmp_path, kafka, SKEW)
+    paused, paced = run_stage(tmp_path, kafka, SKEW, hold=0)
+    free, _ = run_stage(tmp_path, kafka, math.inf)
+    assert len(aligned) == len(paused) == len(free) == NODES * STEPS
+    every = sorted((r["node"], r["ts"]) for r in free)
+    assert sorted((r["node"], r["ts"]) for r in aligned) == sorted((r["node"], r["ts"]) for r in paused) == every
+    a, p, f = output_skew(aligned), output_skew(paused), output_skew(free)
     print(
-        f"output skew: aligned {a:.0f} s (bound {SKEW:.0f} s), not aligned {f:.0f} s, trace {(STEPS - 1) * EVERY:.0f} s"
+        f"output skew: aligned {a:.0f} s holding ({held.paused} pauses), {p:.0f} s pausing ({paced.paused} pauses) "
+        f"(bound {SKEW:.0f} s), not aligned {f:.0f} s, trace {(STEPS - 1) * EVERY:.0f} s"
     )
     # the bound, plus one sample of the others (their newest is a sample behind their head)
-    assert a <= SKEW + EVERY
+    assert a <= SKEW + EVERY and p <= SKEW + EVERY
+    assert held.paused == held.resumed == 0 and paced.paused > 0 and paced.resumed > 0
     assert f >= (STEPS - 1) * EVERY * 0.9  # partition after partition: about the trace's length

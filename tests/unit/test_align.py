@@ -153,21 +153,25 @@ def test_beyond_the_hold_bound_partitions_are_paused_until_half_of_it_is_through
 
 
 def test_held_size_follows_route_release_and_revoke() -> None:
-    al: Aligner = Aligner(10.0, times, hold=10, size=lambda ms: np.full(len(ms), 3, dtype=np.int64))
+    al: Aligner = Aligner(10.0, times, hold=6, size=lambda ms: np.full(len(ms), 3, dtype=np.int64))
     al.assign([A, B], 0.0)
-    al.route(A, [0.0, 50.0, 100.0], NOW)
-    al.route(B, [0.0, 1.0], NOW)
-    assert al.held == 15
-    assert al.changes(NOW) == ([A, B], [])  # over 10
+    assert al.route(A, [0.0, 50.0, 100.0, 150.0], NOW) == [] and al.route(B, [0.0, 1.0], NOW) == []
+    assert al.held == 18
     assert al.release(0.1) == [(A, [0.0]), (B, [0.0, 1.0])]
     al.seen(A, 0.0)
     al.seen(B, 1.0)
-    assert al.held == 6  # A's 50.0 and 100.0
-    assert al.changes(0.1) == ([], [B])  # 6 is over half the bound: A, holding, stays paused
-    assert al.route(B, [45.0], 0.1) == [] and al.held == 9
-    assert al.release(0.2) == [(A, [50.0]), (B, [45.0])] and al.held == 3
-    assert al.changes(0.2) == ([], [A])  # down to half: resumed though it still holds 100.0
-    assert al.revoke([A]) == [A] and al.held == 0
+    assert al.held == 9  # A's 50, 100, 150: over the bound of 6
+    assert al.changes(0.1) == ([A], [])
+    assert al.route(B, [45.0], 0.1) == [] and al.held == 12
+    assert al.release(0.2) == [(A, [50.0]), (B, [45.0])] and al.held == 6
+    al.seen(A, 50.0)
+    al.seen(B, 45.0)
+    assert al.changes(0.2) == ([], [])  # 6: within the bound but over half of it, A stays paused
+    assert al.route(B, [95.0], 0.2) == [] and al.release(0.3) == [(A, [100.0]), (B, [95.0])]
+    al.seen(A, 100.0)
+    al.seen(B, 95.0)
+    assert al.held == 3 and al.changes(0.3) == ([], [A])  # down to half: resumed, though it holds 150
+    assert al.revoke([A]) == [] and al.held == 0
 
 
 def test_partition_at_its_end_does_not_hold_the_others() -> None:
