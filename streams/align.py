@@ -13,9 +13,12 @@ watermark alignment, the :class:`Aligner` holds back the partitions that run ahe
   the idle time is a safety net should an end event be lost), so an empty or quiet partition
   never stalls a stage.
 - Messages of a partition are let through while their event time (running maximum) is at most
-  ``floor + skew``; the rest is held, and a partition that holds messages or whose newest event
-  time is beyond the bound is paused (``consumer.pause``: librdkafka stops fetching it and drops
-  what it prefetched) and resumed once it has let everything through and is within the bound.
+  ``floor + skew``; the rest is held. Pausing a partition (``consumer.pause``: librdkafka stops
+  fetching it) drops what librdkafka prefetched for it, which is fetched again on resume, so a
+  partition ahead goes on fetching while the aligner holds at most ``hold`` (a stage's
+  ``event_time_hold_bytes`` of payload); beyond it, the partitions that hold messages or whose
+  newest event time is beyond the bound are paused until what is held is down to half of
+  ``hold``. Held messages are after the committed offset (only what went through is committed).
 - Work is per consume batch and partition: a batch whose last message (its time alone: the probe)
   is within the bound goes straight through (a stage that keeps up); otherwise the event times of
   its messages come from ``times`` (:func:`event_times`: a JSON sample's leading ``ts`` read as a
