@@ -95,15 +95,24 @@ def publish_sweep(props: dict[str, str], topic: str, c: dict[str, Any], nodes: i
 
 
 def throughput(
-    n: int, processes: bool, broker: Callable[[], Any] = EmbeddedBroker, replication: int = 1
+    n: int,
+    processes: bool,
+    broker: Callable[[], Any] = EmbeddedBroker,
+    replication: int = 1,
+    kafka: dict[str, str] | None = None,
+    **overrides: Any,
 ) -> dict[str, Any]:
     """``broker()``: a context manager with ``bootstrap`` (an EmbeddedBroker, or a real cluster with
-    ``replication`` 3, where ``guarantee: auto`` means exactly-once: bench_cluster.py)."""
+    ``replication`` 3, where ``guarantee: auto`` means exactly-once: bench_cluster.py); ``kafka``:
+    more client properties (e.g. ``statistics.interval.ms``), ``overrides``: pipeline settings
+    (e.g. ``event_time_skew_s``). Also returns each stage's librdkafka statistics at the end and the
+    partitions event-time alignment paused and resumed."""
     nodes = 64
     _, c = spmd("sweep3d", nodes=nodes, duration=n // nodes, seed=1, cube=True)
     with broker() as b:
-        props = {"bootstrap.servers": b.bootstrap}
-        cfg = with_overrides(load_pipeline(), topic_prefix=f"tp{uuid.uuid4().hex[:4]}.", replication=replication)
+        props = {"bootstrap.servers": b.bootstrap, **(kafka or {})}
+        prefix = f"tp{uuid.uuid4().hex[:4]}."
+        cfg = with_overrides(load_pipeline(), topic_prefix=prefix, replication=replication, **overrides)
         create_pipeline_topics(cfg, props)
         runners, join = start(cfg, props, processes, embedded=broker is EmbeddedBroker)
         pids = {r.proc.pid: r.stage.name for r in runners if hasattr(r, "proc")}
@@ -117,6 +126,7 @@ def throughput(
             time.sleep(0.05)
         elapsed = time.monotonic() - t0
         cpu = cpu_delta(cpu0, cpu_seconds(pids))
+        kafka_stats = {name: {f"{c}.{k}": v for (c, k), v in r.stats.kafka.items()} for name, r in first.items()}
         stats = {name: r.stats.as_dict() for name, r in first.items()}
         stop(runners, join)
     return {
@@ -126,6 +136,9 @@ def throughput(
         "publish_s": publish_s,
         "busy": {k: v["busy_s"] for k, v in stats.items()},
         "cpu": cpu,
+        "paused": {k: v["paused"] for k, v in stats.items()},
+        "resumed": {k: v["resumed"] for k, v in stats.items()},
+        "kafka": kafka_stats,
     }
 
 

@@ -13,9 +13,12 @@ watermark alignment, the :class:`Aligner` holds back the partitions that run ahe
   the idle time is a safety net should an end event be lost), so an empty or quiet partition
   never stalls a stage.
 - Messages of a partition are let through while their event time (running maximum) is at most
-  ``floor + skew``; the rest is held, and a partition that holds messages or whose newest event
-  time is beyond the bound is paused (``consumer.pause``: librdkafka stops fetching it and drops
-  what it prefetched) and resumed once it has let everything through and is within the bound.
+  ``floor + skew``; the rest is held. Pausing a partition (``consumer.pause``: librdkafka stops
+  fetching it) drops what librdkafka prefetched for it, which is fetched again on resume, so a
+  partition ahead goes on fetching while the aligner holds at most ``hold`` (a stage's
+  ``event_time_hold_bytes`` of payload); beyond it, the partitions that hold messages or whose
+  newest event time is beyond the bound are paused until what is held is down to half of
+  ``hold``. Held messages are after the committed offset (only what went through is committed).
 - Work is per consume batch and partition: a batch whose last message (its time alone: the probe)
   is within the bound goes straight through (a stage that keeps up); otherwise the event times of
   its messages come from ``times`` (:func:`event_times`: a JSON sample's leading ``ts`` read as a
@@ -32,7 +35,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import re
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
@@ -44,6 +46,7 @@ from perfsift.operators.batch import Batch
 
 if TYPE_CHECKING:
     from perfsift.schemas.encodings import Encoding
+    from perfsift.streams.stage import StageStats
 
 T = TypeVar("T")
 TP = tuple[str, int]  # (topic, partition)
@@ -60,14 +63,28 @@ class Aligner(Generic[T]):
     ``times(messages)`` gives each message's event time (``-inf`` when it has none, e.g. a record
     that does not decode: it goes through with its neighbours). ``skew`` is the bound in seconds;
     ``inf`` turns alignment off (every message goes through at once, nothing is paused).
+    ``hold``: how much the aligner holds (in ``size(messages)``'s units, each message's; default
+    one per message) before it pauses the partitions that hold; once they are paused it resumes
+    them when what it holds is down to half of that. 0: a partition is paused as soon as it holds
+    a message or runs ahead, and resumed once it holds nothing and is within the bound.
     """
 
     def __init__(
-        self, skew: float, times: Callable[[Sequence[T]], npt.NDArray[np.float64]], idle_s: float = IDLE_S
+        self,
+        skew: float,
+        times: Callable[[Sequence[T]], npt.NDArray[np.float64]],
+        idle_s: float = IDLE_S,
+        hold: float = 0.0,
+        size: Callable[[Sequence[T]], npt.NDArray[np.int64]] | None = None,
     ) -> None:
         self.skew = skew
         self.enabled = not math.isinf(skew)
         self.idle_s = idle_s
+        self.hold = hold
+        self._size = size if size is not None else (lambda ms: np.ones(len(ms), dtype=np.int64))
+        self._sizes: dict[TP, list[npt.NDArray[np.int64]]] = {}  # the held messages' sizes, per route
+        self.held = 0  # the held messages' total size
+        self._throttled = False  # over ``hold`` since it was last down to half of it
         self._times = times
         self._time: dict[TP, float] = {}  # newest event time let through
         self._owned: set[TP] = set()
@@ -96,6 +113,7 @@ class Aligner(Generic[T]):
 
     def _forget(self, tp: TP) -> None:
         self._owned.discard(tp)
+        self.held -= sum(int(s.sum()) for s in self._sizes.pop(tp, []))
         for d in (self._time, self._heard, self._held, self._held_ts):
             d.pop(tp, None)
         self._eof.discard(tp)
@@ -123,6 +141,9 @@ class Aligner(Generic[T]):
         if direct and float(np.max(self._times(msgs[-1:]), initial=-math.inf)) <= self.limit:  # the probe
             return msgs
         self._held.setdefault(tp, []).extend(msgs)
+        sizes = np.asarray(self._size(msgs), dtype=np.int64)
+        self._sizes.setdefault(tp, []).append(sizes)
+        self.held += int(sizes.sum())
         return []
 
     def seen(self, tp: TP, newest: float) -> None:
@@ -157,10 +178,12 @@ class Aligner(Generic[T]):
             if not k:
                 continue
             out.append((tp, held[:k]))
+            sizes = np.concatenate(self._sizes[tp])
+            self.held -= int(sizes[:k].sum())
             if k == len(held):
-                del self._held[tp], self._held_ts[tp]
+                del self._held[tp], self._held_ts[tp], self._sizes[tp]
             else:
-                self._held[tp], self._held_ts[tp] = held[k:], ts[k:]
+                self._held[tp], self._held_ts[tp], self._sizes[tp] = held[k:], ts[k:], [sizes[k:]]
         self._moved = bool(out)
         return out
 
@@ -183,14 +206,22 @@ class Aligner(Generic[T]):
         return lambda tp: other if tp == lowest else self.limit
 
     def changes(self, now: float) -> tuple[list[TP], list[TP]]:
-        """After a batch: the partitions to pause (holding messages, or let through beyond the
-        bound) and those to resume; the aligner counts them as done. The partition with the lowest
-        head is never paused for being ahead, so the stage always makes progress."""
+        """After a batch: the partitions to pause and those to resume; the aligner counts them as
+        done. While it holds more than ``hold`` (and until it is down to half of that), the
+        partitions that hold messages or let through beyond the bound are paused, otherwise none:
+        under the bound a partition ahead goes on fetching and what it delivers is held, since a
+        paused partition's prefetched data is dropped by librdkafka and fetched again on resume.
+        The partition with the lowest head is never paused for being ahead, so the stage always
+        makes progress."""
         if not self.enabled:
             return [], []
+        if self.held > self.hold:
+            self._throttled = True
+        elif self.held <= self.hold / 2:
+            self._throttled = False
         limit = self._limits(now)
         ahead = {tp for tp, t in self._time.items() if t > limit(tp) and tp not in self._eof}
-        want = set(self._held) | ahead
+        want = set(self._held) | ahead if self._throttled or not self.hold else set()
         pause, resume = sorted(want - self.paused, key=str), sorted(self.paused - want, key=str)
         self.paused = want
         for tp in resume:
@@ -198,44 +229,26 @@ class Aligner(Generic[T]):
         return pause, resume
 
 
-#: the event time of a JSON sample of the producers' shape, read without decoding the sample: a
-#: JSON number right after ``{"ts":`` (what ``orjson.dumps`` writes for a sample dict)
-_LEADING_TS = re.compile(rb'\{"ts":(-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?)[,}]')
-
-
 def event_times(values: Sequence[bytes | None], encoding: str | Encoding) -> npt.NDArray[np.float64]:
-    """Each sample message's newest event time (a column frame's newest row; ``-inf`` for one that
-    does not decode), for :class:`Aligner`. A JSON sample that starts with its ``ts`` (the
-    producers' shape) gives that number (``float`` of its text: correctly rounded, as the decoders'
-    numbers are) without being decoded, since the stage decodes it again when it is let through;
-    the others are decoded, vectorised per batch."""
-    from perfsift.schemas.encodings import Json, encoding_for  # keeps this module light
+    """Each sample message's newest event time in ``encoding`` (:meth:`Encoding.event_times
+    <perfsift.schemas.encodings.Encoding.event_times>`: a JSON sample's leading ``ts`` read as a
+    number, a column frame's newest row, anything else decoded), for :class:`Aligner`."""
+    from perfsift.schemas.encodings import encoding_for  # keeps this module light
 
-    enc = encoding_for(encoding)
-    out = np.full(len(values), -math.inf)
-    rest = list(range(len(values)))
-    if isinstance(enc, Json):
-        match = _LEADING_TS.match
-        found = [match(v) if v is not None else None for v in values]
-        times = [float(m[1]) if m is not None else math.nan for m in found]
-        out[:] = times
-        bad = ~np.isfinite(out)  # another shape, or a time the decoder may refuse: decoded below
-        out[bad] = -math.inf
-        rest = np.flatnonzero(bad).tolist()
-    if rest:
-        batch, kept, _ = enc.decode_samples([values[i] for i in rest], None)
-        if len(batch):
-            np.maximum.at(out, np.asarray(rest, dtype=np.intp)[np.asarray(kept, dtype=np.intp)], batch.ts)
-    return out
+    return encoding_for(encoding).event_times(values)
 
 
 # -- the runner's side: its consumer and its decoder -----------------------------------------------
-def pace(consumer: Consumer | None, aligner: Aligner[Any], now: float) -> None:
-    """Pause the input partitions that run ahead in event time, resume those caught up."""
+def pace(consumer: Consumer | None, aligner: Aligner[Any], now: float, stats: StageStats | None = None) -> None:
+    """Pause the input partitions that run ahead in event time, resume those caught up (counted
+    in ``stats.paused`` and ``stats.resumed``)."""
     pause, resume = aligner.changes(now)
     if consumer is not None and (pause or resume):
         consumer.pause([TopicPartition(t, p) for t, p in pause])
         consumer.resume([TopicPartition(t, p) for t, p in resume])
+    if stats is not None:
+        stats.paused += len(pause)
+        stats.resumed += len(resume)
 
 
 def forget(consumer: Consumer | None, aligner: Aligner[Any], partitions: Sequence[TopicPartition]) -> None:
@@ -285,6 +298,12 @@ def restart(consumer: Consumer | None, aligner: Aligner[Any], tps: Sequence[TP])
     aligner.assign(tps, time.monotonic())
 
 
-def stage_aligner(skew: float, encoding: str | Encoding) -> Aligner[Message]:
-    """The aligner of a stage whose input messages are samples in ``encoding`` (or column frames)."""
-    return Aligner(skew, lambda ms: event_times([m.value() for m in ms], encoding))
+def message_sizes(ms: Sequence[Message]) -> npt.NDArray[np.int64]:
+    """Each message's payload bytes (0 for a message without value)."""
+    return np.fromiter((len(m.value() or b"") for m in ms), dtype=np.int64, count=len(ms))
+
+
+def stage_aligner(skew: float, encoding: str | Encoding, hold_bytes: float = 0.0) -> Aligner[Message]:
+    """The aligner of a stage whose input messages are samples in ``encoding`` (or column frames),
+    holding up to ``hold_bytes`` of their payload before it pauses partitions."""
+    return Aligner(skew, lambda ms: event_times([m.value() for m in ms], encoding), hold=hold_bytes, size=message_sizes)

@@ -207,7 +207,8 @@ STATISTICS_INTERVAL_MS = 15000
 
 def kafka_statistics(stats: dict[str, Any]) -> dict[str, float]:
     """The subset of a librdkafka statistics document (``statistics.interval.ms``) that
-    ``/metrics`` shows: the local queue (messages, bytes), traffic totals, the slowest broker's
+    ``/metrics`` shows: the local queue (messages, bytes), traffic totals, fetch requests sent
+    (a consumer's; a paused partition's prefetched data is fetched again), the slowest broker's
     average round trip and, for a consumer, its group's rebalances and assigned partitions."""
     brokers = [b for b in stats["brokers"].values() if b.get("nodeid", -1) >= 0]
     out = {
@@ -218,6 +219,7 @@ def kafka_statistics(stats: dict[str, Any]) -> dict[str, float]:
         "tx_messages": float(stats["txmsgs"]),
         "rx_messages": float(stats["rxmsgs"]),
         "broker_rtt_seconds": max((b["rtt"]["avg"] / 1e6 for b in brokers), default=0.0),
+        "fetch_requests": float(sum(b.get("req", {}).get("Fetch", 0) for b in brokers)),
     }
     if "cgrp" in stats:
         out["group_rebalances"] = float(stats["cgrp"]["rebalance_cnt"])

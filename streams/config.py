@@ -134,6 +134,9 @@ class PipelineConfig:
     #: samples run further ahead of the slowest one that still has data is paused until the others
     #: catch up (:mod:`~perfsift.streams.align`; ``.inf``: no alignment, partitions in fetch order)
     event_time_skew_s: float = 120.0
+    #: how many payload bytes of the partitions ahead a stage holds in memory before it pauses them
+    #: (a paused partition's prefetched data is fetched again when it resumes; 0: pause at once)
+    event_time_hold_bytes: int = 33_554_432
     #: topic that gets perf.reduced, perf.forecast, perf.contract and perf.prediction again as OTLP
     #: protobuf metrics ("" = none; ``true`` in the file means :data:`OTLP_TOPIC`)
     otlp_out: str = ""
@@ -232,6 +235,7 @@ _SCALARS: dict[str, type] = {
     "snapshot_share": float,
     "snapshot_chunk_bytes": int,
     "event_time_skew_s": float,
+    "event_time_hold_bytes": int,
     "otlp_out": str,
 }
 
@@ -397,6 +401,8 @@ def load_pipeline(
         raise ConfigError(
             f"{source}: event_time_skew_s must be >= 0 (.inf: no alignment), got {cfg.event_time_skew_s!r}"
         )
+    if cfg.event_time_hold_bytes < 0:
+        raise ConfigError(f"{source}: event_time_hold_bytes must be >= 0, got {cfg.event_time_hold_bytes}")
     if cfg.snapshot_chunk_bytes < 1024:
         raise ConfigError(f"{source}: snapshot_chunk_bytes must be >= 1024, got {cfg.snapshot_chunk_bytes}")
     return cfg

@@ -129,10 +129,18 @@ def runner_metrics(
     )
     replaced.add_metric([stage], s.producers_replaced)
     yield replaced
+    paused = CounterMetricFamily(
+        "perfsift_partitions_paused",
+        "input partitions paused (event: paused or resumed) by event-time alignment (event_time_hold_bytes)",
+        labels=["stage", "event"],
+    )
+    paused.add_metric([stage, "paused"], s.paused)
+    paused.add_metric([stage, "resumed"], s.resumed)
+    yield paused
     kafka = GaugeMetricFamily(
         "perfsift_kafka",
         "librdkafka statistics of the stage's clients (statistics.interval.ms): queue_messages, queue_bytes, "
-        "tx_bytes, rx_bytes, tx_messages, rx_messages, broker_rtt_seconds, group_rebalances, "
+        "tx_bytes, rx_bytes, tx_messages, rx_messages, broker_rtt_seconds, fetch_requests, group_rebalances, "
         "group_assigned_partitions",
         labels=["stage", "client", "statistic"],
     )

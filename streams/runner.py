@@ -128,7 +128,8 @@ class StageRunner:
         self.cooperative = False
         self.loop_started: float | None = None  # monotonic time the consume loop began (readiness)
         self.join_timeout_s = JOIN_TIMEOUT_S
-        self._align = stage_aligner(pipeline.event_time_skew_s if self.aligned else math.inf, codec)
+        skew = pipeline.event_time_skew_s if self.aligned else math.inf
+        self._align = stage_aligner(skew, codec, pipeline.event_time_hold_bytes)
 
     aligned = True  #: whether the input partitions are read in event-time order (False: their records are no samples)
 
@@ -208,7 +209,7 @@ class StageRunner:
                         break
                     else:  # idle: still serve the producer's delivery reports and statistics
                         self._producer.poll(0)
-                        pace(self._consumer, self._align, self.last_loop)  # a new partition's idle time may be over
+                        pace(self._consumer, self._align, self.last_loop, self.stats)  # an idle time may be over
                     if time.monotonic() - self._last_commit >= self.pipeline.commit_interval_s:
                         self._commit()
                 except KafkaException as exc:
@@ -317,7 +318,7 @@ class StageRunner:
             if part is None:  # revoked between fetch and processing
                 continue
             self._process_partition(tp, part, ms)
-        pace(self._consumer, self._align, now)
+        pace(self._consumer, self._align, now, self.stats)
         assert self._producer is not None
         self._producer.poll(0)
         self.stats.batches += 1

@@ -89,6 +89,9 @@ class StageStats:
     series_dropped: int = 0
     #: metrics an operator's configuration names that its input never carried (:func:`note_missing`)
     missing_metrics: set[str] = field(default_factory=set)
+    #: input partitions paused and resumed by event-time alignment (streams/align.py), each time
+    paused: int = 0
+    resumed: int = 0
 
     def observe_batch(self, seconds: float) -> None:
         """One processed batch of ``seconds`` into the duration histogram."""
@@ -140,6 +143,8 @@ class StageStats:
             "bytes_read": self.wire_in.as_dict(),
             "bytes_written": self.wire_out.as_dict(),
             "missing_metrics": sorted(self.missing_metrics),
+            "paused": self.paused,
+            "resumed": self.resumed,
         }
 
 

@@ -116,3 +116,8 @@ def test_metrics_show_process_gc_build_batch_histogram_dead_letters_rebalances_a
     assert kafka_stats[("consumer", "rx_bytes")] > sum(len(orjson.dumps(s)) for s in good) / 10
     assert kafka_stats[("consumer", "group_assigned_partitions")] == 3  # the one worker owns all partitions
     assert kafka_stats[("producer", "tx_messages")] >= outputs
+    assert kafka_stats[("consumer", "fetch_requests")] >= 1  # it fetched what it read
+    assert kafka_stats[("producer", "fetch_requests")] == 0
+    # a backlog this small is held under event_time_hold_bytes: counted, never paused
+    flips = {s.labels["event"]: s.value for s in families["perfsift_partitions_paused"].samples}
+    assert flips == {"paused": runner.stats.paused, "resumed": runner.stats.resumed} == {"paused": 0, "resumed": 0}

@@ -55,8 +55,11 @@ class FakeConsumer:
         return batch, eofs
 
 
-def drive(al: Aligner, consumer: FakeConsumer, rounds: int = 500) -> list[tuple[tuple, float]]:
-    """The runner's loop: route, release, process (record the order), pause/resume."""
+def drive(
+    al: Aligner, consumer: FakeConsumer, rounds: int = 500, held: list[int] | None = None
+) -> list[tuple[tuple, float]]:
+    """The runner's loop: route, release, process (record the order), pause/resume; ``held``
+    gets what the aligner holds after each consume batch is routed."""
     out: list[tuple[tuple, float]] = []
     now = 100.0
     al.assign(list(consumer.logs), now)
@@ -64,6 +67,8 @@ def drive(al: Aligner, consumer: FakeConsumer, rounds: int = 500) -> list[tuple[
         now += 0.1
         batch, eofs = consumer.consume()
         routed = [(tp, al.route(tp, ms, now)) for tp, ms in batch.items()]
+        if held is not None:
+            held.append(al.held)
         for tp in eofs:
             al.at_end(tp)
         for tp, ms in [*routed, *al.release(now)]:
@@ -109,6 +114,64 @@ def test_partition_ahead_is_paused_and_resumed_when_the_others_catch_up() -> Non
     assert consumer.calls.index(("pause", A)) < consumer.calls.index(("resume", A))
     assert consumer.paused == set()  # nothing left paused at the end
     assert max_skew(out, [A, B]) <= 5.0 + 1.0
+
+
+def test_under_the_hold_bound_a_partition_ahead_is_held_without_pausing() -> None:
+    """librdkafka drops what it prefetched for a paused partition and fetches it again on resume:
+    while what is held stays under ``hold`` nothing is paused, and the order is the same."""
+    logs = {tp: [float(t) for t in range(0, 600, 10)] for tp in (A, B, C)}
+    consumer, held = FakeConsumer(logs, fetch=1000), list[int]()
+    out = drive(Aligner(30.0, times, hold=1000), consumer, held=held)
+    assert consumer.calls == []
+    assert 0 < max(held) <= 1000  # messages were held, under the bound
+    assert sorted(out) == sorted((tp, t) for tp, ts in logs.items() for t in ts)
+    for tp in logs:
+        assert [t for p, t in out if p == tp] == logs[tp]
+    assert max_skew(out, list(logs)) <= 30.0 + 10.0
+
+
+def test_beyond_the_hold_bound_partitions_are_paused_until_half_of_it_is_through() -> None:
+    """What is held stays within the bound plus one fetch per partition, and a paused partition is
+    resumed only once the held messages are down to half the bound: fewer pause/resume round trips
+    than pausing at once, for the same order."""
+    logs = {tp: [float(t) for t in range(0, 6000, 10)] for tp in (A, B, C)}
+    flips, outs = {}, {}
+    for hold in (0, 100):
+        consumer, held = FakeConsumer(logs, fetch=20), list[int]()
+        al: Aligner = Aligner(30.0, times, hold=hold)
+        outs[hold] = drive(al, consumer, rounds=5000, held=held)
+        flips[hold] = sum(1 for c, _ in consumer.calls if c == "pause")
+        assert al.held == 0 and consumer.paused == set()
+        if hold:
+            assert max(held) <= hold + 3 * 20 and max(held) > hold  # the bound was reached
+            resumes = [i for i, (c, _) in enumerate(consumer.calls) if c == "resume"]
+            assert resumes  # and its partitions came back
+    for out in outs.values():
+        assert sorted(out) == sorted((tp, t) for tp, ts in logs.items() for t in ts)
+        assert max_skew(out, list(logs)) <= 30.0 + 10.0
+    assert 0 < flips[100] < flips[0] / 2
+
+
+def test_held_size_follows_route_release_and_revoke() -> None:
+    al: Aligner = Aligner(10.0, times, hold=6, size=lambda ms: np.full(len(ms), 3, dtype=np.int64))
+    al.assign([A, B], 0.0)
+    assert al.route(A, [0.0, 50.0, 100.0, 150.0], NOW) == [] and al.route(B, [0.0, 1.0], NOW) == []
+    assert al.held == 18
+    assert al.release(0.1) == [(A, [0.0]), (B, [0.0, 1.0])]
+    al.seen(A, 0.0)
+    al.seen(B, 1.0)
+    assert al.held == 9  # A's 50, 100, 150: over the bound of 6
+    assert al.changes(0.1) == ([A], [])
+    assert al.route(B, [45.0], 0.1) == [] and al.held == 12
+    assert al.release(0.2) == [(A, [50.0]), (B, [45.0])] and al.held == 6
+    al.seen(A, 50.0)
+    al.seen(B, 45.0)
+    assert al.changes(0.2) == ([], [])  # 6: within the bound but over half of it, A stays paused
+    assert al.route(B, [95.0], 0.2) == [] and al.release(0.3) == [(A, [100.0]), (B, [95.0])]
+    al.seen(A, 100.0)
+    al.seen(B, 95.0)
+    assert al.held == 3 and al.changes(0.3) == ([], [A])  # down to half: resumed, though it holds 150
+    assert al.revoke([A]) == [] and al.held == 0
 
 
 def test_partition_at_its_end_does_not_hold_the_others() -> None:
@@ -204,6 +267,17 @@ def test_event_times_read_from_the_leading_ts_are_the_decoders() -> None:
     got = event_times(values, "json")
     assert got.tolist() == decoded.tolist()
     assert got[:3].tolist() == rows.ts.tolist() and got[3] == rows.ts.max() and got[-3] == 1.25
+
+
+def test_event_times_of_an_encoding_without_a_fast_path_are_its_decoders() -> None:
+    from perfsift.schemas.encodings import encoding_for
+
+    avro = encoding_for("avro")
+    rows = Batch.from_columns(ts=[5.5, 7.0], nodes=["a", "b"], metrics=["cpu"], values=[[1.0], [2.0]])
+    values = [*avro.encode_batch(rows), b"not avro", None]
+    assert avro.event_times(values).tolist() == [5.5, 7.0, -math.inf, -math.inf]
+    assert event_times(values, "avro").tolist() == avro.event_times(values).tolist()
+    assert avro.event_times([]).tolist() == []
 
 
 def test_end_reported_while_holding_counts_once_the_held_messages_are_through() -> None:
