@@ -52,6 +52,7 @@ def one_round(parts: dict[int, list[bytes]], batch: int) -> dict[str, Any]:
     digest = hashlib.sha256()
     frames = 0
     clock = time.process_time
+    mark = 0.0
 
     def after(op: Any, _out: Any, _seconds: float) -> None:
         nonlocal mark
