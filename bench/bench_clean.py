@@ -32,8 +32,8 @@ def batches(n: int, gaps: float, seed: int = 0) -> list[Batch]:
         if gaps:
             vals[rng.random(vals.shape) < gaps] = np.nan
         ts = (1.7e9 + b * (ROWS // NODES + 1) + np.arange(ROWS) // NODES).astype(np.float64)
-        out.append(Batch.from_columns(ts=ts, nodes=[f"n{i % NODES:03d}" for i in range(ROWS)],
-                                      metrics=[f"m{j}" for j in range(METRICS)], values=vals))  # fmt: skip
+        nodes = [f"n{i % NODES:03d}" for i in range(ROWS)]
+        out.append(Batch.from_columns(ts=ts, nodes=nodes, metrics=[f"m{j}" for j in range(METRICS)], values=vals))
     return out
 
 

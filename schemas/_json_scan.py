@@ -172,38 +172,45 @@ def _number(
         i += 1
     if i >= end or buf[i] < 48 or buf[i] > 57:
         return -1, _U0, False, 0
+    # the digits accumulate without a check each: the significant ones (from the first non-zero
+    # digit on) are counted after the loops, and more than 19 give up (w may have wrapped then)
     w = _U0
-    nd = 0
-    if buf[i] == 48:
+    lead = buf[i] == 48  # a leading 0 is the whole integer part
+    start = i
+    if lead:
         i += 1
     else:
         while i < end:
             d = np.uint64(buf[i]) - _D0
             if d > _NINE:
                 break
-            if nd == 19:
-                return -1, _U0, False, 0
             w = w * _TEN + d
-            nd += 1
             i += 1
+    nd = 0 if lead else i - start
     is_int = True
     q = 0
     if i < end and buf[i] == 46:
         is_int = False
         i += 1
-        if i >= end or buf[i] < 48 or buf[i] > 57:
-            return -1, _U0, False, 0
+        frac = i
         while i < end:
             d = np.uint64(buf[i]) - _D0
             if d > _NINE:
                 break
-            if w != _U0 or d != _U0:
-                if nd == 19:
-                    return -1, _U0, False, 0
-                w = w * _TEN + d
-                nd += 1
-            q -= 1
+            w = w * _TEN + d
             i += 1
+        if i == frac:
+            return -1, _U0, False, 0
+        q = frac - i
+        if lead:  # 0.000123: the zeros before the first non-zero digit are not significant
+            z = frac
+            while z < i and buf[z] == 48:
+                z += 1
+            nd = i - z
+        else:
+            nd += i - frac
+    if nd > 19:
+        return -1, _U0, False, 0
     if i < end and (buf[i] == 101 or buf[i] == 69):
         is_int = False
         i += 1
@@ -304,16 +311,19 @@ def _scan(
                 if after < 0:
                     break
                 i = after
-            s, e = _string(buf, i, end)
-            if s < 0:
-                return fail
             if n < 0:  # the first message: its names are the batch's
-                if j == max_metrics:
+                s, e = _string(buf, i, end)
+                if s < 0 or j == max_metrics:
                     return fail
                 names[j, 0] = s
                 names[j, 1] = e
-            else:
-                if j >= n or e - s != names[j, 1] - names[j, 0]:
+            else:  # the same name as the first message's j-th, in quotes (it holds no quote)
+                if j >= n:
+                    return fail
+                i = _skip_ws(buf, i, end)
+                s = i + 1
+                e = s + names[j, 1] - names[j, 0]
+                if e >= end or buf[i] != 34 or buf[e] != 34:
                     return fail
                 for c in range(e - s):
                     if buf[s + c] != buf[names[j, 0] + c]:

@@ -108,15 +108,13 @@ class StageStats:
     def count_out(self, encoded: Encoded) -> None:
         """Bytes and records per topic of what the stage published."""
         for name, (values, _) in encoded.items():
-            self.bytes_out += sum(map(len, values))
+            self.bytes_out += self.wire_out.add(name, values)
             self.by_topic[name] = self.by_topic.get(name, 0) + len(values)
-            self.wire_out.add(name, values)
 
     def count_in(self, topic: str, values: list[bytes | None]) -> int:
         """Bytes of one micro-batch read from ``topic`` (logical name), counted and returned."""
-        n = sum(len(v) for v in values if v is not None)
+        n = self.wire_in.add(topic, values)
         self.bytes_in += n
-        self.wire_in.add(topic, values)
         return n
 
     def count_state(self, value: bytes) -> bytes:

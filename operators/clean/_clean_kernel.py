@@ -40,21 +40,26 @@ def _median_sorted(buf: np.ndarray, n: int) -> float:
 @njit(cache=True, inline="always")
 def _predict_next(hist: np.ndarray, k: int, j: int, n: int, pos: int, cap: int) -> float:
     """One-step prediction of a least-squares line through the n newest accepted values (the ring
-    ``hist[k, j]``, next write at ``pos``); the last value when n < 3."""
-    first = (pos - n) % cap
+    ``hist[k, j]``, next write at ``pos``); the last value when n < 3. (The ring's indexes wrap by
+    one comparison, not a modulo: this runs for every value the cleaner sees.)"""
     if n < 3:
-        return hist[k, j, (pos - 1) % cap]
+        return hist[k, j, pos - 1 if pos > 0 else cap - 1]
+    first = pos - n if pos >= n else pos - n + cap
     mean_i = 0.5 * (n - 1)
     mean_y = 0.0
-    for q in range(n):
-        mean_y += hist[k, j, (first + q) % cap]
+    p = first
+    for _ in range(n):
+        mean_y += hist[k, j, p]
+        p = p + 1 if p + 1 < cap else 0
     mean_y /= n
     sxy = 0.0
     sxx = 0.0
+    p = first
     for q in range(n):
         d = q - mean_i
-        sxy += d * (hist[k, j, (first + q) % cap] - mean_y)
+        sxy += d * (hist[k, j, p] - mean_y)
         sxx += d * d
+        p = p + 1 if p + 1 < cap else 0
     return mean_y + (sxy / sxx) * (n - mean_i)
 
 

@@ -1,6 +1,6 @@
 """Missing-value imputation for :class:`~perfsift.operators.clean.clean.Clean` (METHODS.md §3.4): the
-reference rows each (job, node) keeps, the causal fallbacks (last value, running mean) and the KNN
-regression of one row's missing cells.
+causal fallbacks (last value, running mean) and the KNN regression of one row's missing cells; the
+reference rows each (job, node) keeps and the fallbacks' state are updated by ``_impute_kernel.py``.
 
 The state arrays are the cleaner's (one row per key, one column per metric it has seen); these
 functions read them or update them in place, so the cleaner's snapshots stay what they were.
@@ -9,53 +9,6 @@ functions read them or update them in place, so the cleaner's snapshots stay wha
 from __future__ import annotations
 
 import numpy as np
-from perfsift.operators._keyed import group_rows
-
-
-def remember(
-    refs: np.ndarray,
-    ref_pos: np.ndarray,
-    ref_n: np.ndarray,
-    window: int,
-    out: np.ndarray,
-    keys: np.ndarray,
-    cols: np.ndarray,
-) -> None:
-    """Rows with at least one observed value (after filtering) become references, partial ones
-    too (under PMU multiplexing no row is complete): the newest ``window`` of each key go into its
-    ring (``refs``: key × window × metric, written at ``ref_pos``, ``ref_n`` filled), in order."""
-    complete = np.flatnonzero(~np.isnan(out).all(axis=1))
-    if len(complete) == 0:
-        return
-    order, uniq, counts, rank = group_rows(keys[complete])
-    rows = complete[order]
-    k_of = keys[rows]
-    from_end = np.repeat(counts, counts) - rank  # 1 = the newest row of its key
-    keep = from_end <= window
-    rows, k_of, rank = rows[keep], k_of[keep], rank[keep]
-    pos = (ref_pos[k_of] + rank) % window  # the kept ranks hit distinct slots
-    block = np.full((len(rows), refs.shape[2]), np.nan)
-    block[:, cols] = out[rows]
-    refs[k_of, pos] = block
-    ref_pos[uniq] = (ref_pos[uniq] + counts) % window
-    ref_n[uniq] = np.minimum(ref_n[uniq] + counts, window)
-
-
-def track_clean(
-    last: np.ndarray, total: np.ndarray, count: np.ndarray, out: np.ndarray, keys: np.ndarray, cols: np.ndarray
-) -> None:
-    """Last clean value and running sum and count per (key, metric): the simple imputation
-    fallbacks."""
-    for jb, c in enumerate(cols.tolist()):
-        col = out[:, jb]
-        ok = np.flatnonzero(~np.isnan(col))
-        if len(ok) == 0:
-            continue
-        kk = keys[ok]
-        total[:, c] += np.bincount(kk, weights=col[ok], minlength=total.shape[0])
-        count[:, c] += np.bincount(kk, minlength=count.shape[0])
-        uniq, first_from_end = np.unique(kk[::-1], return_index=True)
-        last[uniq, c] = col[ok[len(ok) - 1 - first_from_end]]
 
 
 def causal_fallbacks(

@@ -44,8 +44,9 @@ import numpy as np
 from perfsift.operators._keyed import KeyedColumns, group_rows, grow
 from perfsift.operators.base import Transformer, warm_batch
 from perfsift.operators.batch import Batch
+from perfsift.operators.clean._counters import add_flag, counter_columns, to_rates
 from perfsift.operators.clean._hampel import apply_centred
-from perfsift.operators.clean._impute import causal_fallbacks, key_references, knn_row, remember, track_clean
+from perfsift.operators.clean._impute import causal_fallbacks, key_references, knn_row
 from perfsift.operators.clean._knowledge import KnowledgeHistory
 
 __all__ = ["Clean", "KnowledgeHistory"]
@@ -261,12 +262,13 @@ class Clean(Transformer):
     # -- streaming ----------------------------------------------------------------------------------
     def update(self, batch: Batch) -> Batch:
         from perfsift.operators.clean import _clean_kernel as kern
+        from perfsift.operators.clean import _impute_kernel as imp
 
         centred = self.mode == "hampel" and self.hampel_mode == "centred"
         if centred and self.batches_:
             raise RuntimeError("hampel_mode centred needs the whole trace in one batch (offline only)")
         self.batches_ += 1
-        flags: list[list[dict[str, Any]] | None] = [None] * len(batch)
+        flags = np.full(len(batch), None, dtype=object)  # per row: None or its list of flags
         batch = self._convert_counters(batch, flags)
         keys = self.cols_.row_keys(batch)
         cols = self.cols_.metric_columns(batch.metrics)
@@ -310,119 +312,53 @@ class Clean(Transformer):
         )
         if centred:
             apply_centred(vals, keys, self.half, float(self.k_used), self.action, out, rule, thr)
-        rows, jcols = np.nonzero(rule)
-        rule_names = {1: STAT_RULE[self.mode], 2: "kb_max", 3: "negative"}
-        batch_metrics, action = batch.metrics, self.action
-        cells = (
-            rows.tolist(),
-            jcols.tolist(),
-            rule[rows, jcols].tolist(),
-            vals[rows, jcols].tolist(),
-            thr[rows, jcols].tolist(),
-        )
-        for i, j, r, original, threshold in zip(*cells, strict=True):  # one column per field, not a scalar per value
-            f = {
-                "metric": batch_metrics[j],
-                "rule": rule_names[r],
-                "action": action,
-                "original": original,
-                "threshold": threshold,
-            }
-            flags[i] = [f] if flags[i] is None else [*flags[i], f]  # type: ignore[misc]
+        self._flag(flags, batch.metrics, rule, vals, thr)
         if self.impute != "none":
             observed = out.copy()  # imputation learns from observed values only, never its own output
             self._impute(out, observed, keys, cols, batch.metrics, flags)
             if self.impute == "knn":
-                remember(self.refs_, self.ref_pos_, self.ref_n_, self.knn_window, observed, keys, cols)
-            track_clean(self.last_, self.sum_, self.cnt_, observed, keys, cols)
-        col = np.empty(len(batch), dtype=object)
-        col[:] = flags
-        return batch.with_values(out, flags=col)
+                imp.remember_rows(self.refs_, self.ref_pos_, self.ref_n_, self.knn_window, observed, keys, cols)
+            imp.track_values(self.last_, self.sum_, self.cnt_, observed, keys, cols)
+        return batch.with_values(out, flags=flags)
+
+    def _flag(
+        self, flags: np.ndarray, metrics: tuple[str, ...], rule: np.ndarray, vals: np.ndarray, thr: np.ndarray
+    ) -> None:
+        """The filter's flags (``rule`` non-zero) after the row's earlier ones, one column per
+        field built at once and each row's run of flags sliced off (np.nonzero gives them row by row)."""
+        rows, jcols = np.nonzero(rule)
+        if not len(rows):
+            return
+        names = np.array([None, STAT_RULE[self.mode], "kb_max", "negative"], dtype=object)
+        action = self.action
+        made = [
+            {"metric": m, "rule": r, "action": action, "original": o, "threshold": t}
+            for m, r, o, t in zip(
+                np.array(metrics, dtype=object)[jcols].tolist(),
+                names[rule[rows, jcols]].tolist(),
+                vals[rows, jcols].tolist(),
+                thr[rows, jcols].tolist(),
+                strict=True,
+            )
+        ]
+        starts = np.flatnonzero(np.r_[True, rows[1:] != rows[:-1]]).tolist()
+        for i, a, b in zip(rows[starts].tolist(), starts, [*starts[1:], len(rows)], strict=True):
+            had = flags[i]
+            flags[i] = made[a:b] if had is None else [*had, *made[a:b]]
 
     # -- counters and multiplexing -------------------------------------------------------------------
-    def _convert_counters(self, batch: Batch, flags: list[Any]) -> Batch:
-        mux = [m for m in self.multiplexed if m in batch.metrics]
-        ctr = [m for m in self.counters if m in batch.metrics]
-        if not mux and not ctr:
+    def _convert_counters(self, batch: Batch, flags: np.ndarray) -> Batch:
+        """Step 1 (``_counters.py``): the state columns the batch's counters and multiplexed events
+        need, registered, then their rates."""
+        ctr, mux, wanted = counter_columns(batch.metrics, self.counters, self.multiplexed)
+        if not wanted:
             return batch
         keys = self.cols_.row_keys(batch)
-        wanted = {*ctr, *mux, *(f"{m}:{s}" for m in mux for s in ("enabled", "running") if f"{m}:{s}" in batch.metrics)}
-        cols = self.cols_.metric_columns(tuple(sorted(wanted)))
+        cols = self.cols_.metric_columns(wanted)
         self._grow(len(self.cols_.keys), len(self.cols_.metrics))
-        ix = dict(zip(sorted(wanted), cols.tolist(), strict=True))
-        values = batch.values.copy()
-        width = None if self.counter_width is None else float(2**self.counter_width)
-
-        def step(names: list[str]) -> tuple[list[np.ndarray], np.ndarray]:
-            """Per-row differences of ``names`` and of the time to the previous sample of the same
-            key where *all* of them were present (state carried over between batches). A row with
-            any of them missing gives NaN and leaves the state alone, so Δcount and Δt always span
-            the same interval: across a missing sample, on rows that carry other metrics only, and
-            for a multiplexed event whose count is missing while its times are present."""
-            js = [batch.metrics.index(n) for n in names]
-            cs = [ix[n] for n in names]
-            xs = values[:, js]
-            rows = np.flatnonzero(~np.isnan(xs).any(axis=1))
-            rows = rows[np.argsort(keys[rows], kind="stable")]  # rows of one key in arrival order
-            k = keys[rows]
-            first = np.ones(len(rows), dtype=bool)
-            first[1:] = k[1:] != k[:-1]
-            last = np.ones(len(rows), dtype=bool)
-            last[:-1] = k[1:] != k[:-1]
-
-            def diff(state: np.ndarray, c: int, v: np.ndarray) -> np.ndarray:
-                prev = np.empty(len(v))
-                prev[1:] = v[:-1]
-                prev[first] = state[k[first], c]
-                state[k[last], c] = v[last]
-                out = np.full(len(batch), np.nan)
-                out[rows] = v - prev
-                return out
-
-            ds = [diff(self.raw_last_, c, xs[rows, q]) for q, c in enumerate(cs)]
-            return ds, diff(self.raw_ts_, cs[0], batch.ts[rows].astype(float))
-
-        for m in ctr:
-            if m in mux:
-                continue
-            (d,), dt = step([m])
-            self._wrap(d, width, m, values[:, batch.metrics.index(m)], flags)
-            with np.errstate(divide="ignore", invalid="ignore"):
-                values[:, batch.metrics.index(m)] = np.where(dt > 0, d / dt, np.nan)
-        drop: list[str] = []
-        for m in mux:
-            en, run = f"{m}:enabled", f"{m}:running"
-            if en not in batch.metrics or run not in batch.metrics:
-                raise ValueError(f"multiplexed event {m!r} needs the columns {en!r} and {run!r}")
-            (d, de, dr), dt = step([m, en, run])
-            self._wrap(d, width, m, values[:, batch.metrics.index(m)], flags)
-            with np.errstate(divide="ignore", invalid="ignore"):
-                scaled = np.where(dr > 0, d * de / dr, np.nan)
-                coverage = dr / de
-            if m in ctr:
-                with np.errstate(divide="ignore", invalid="ignore"):
-                    scaled = np.where(dt > 0, scaled / dt, np.nan)
-            for r in np.flatnonzero(coverage < self.low_coverage).tolist():
-                f = {"metric": m, "rule": "low_coverage", "action": "flag", "original": None,
-                     "threshold": float(coverage[r])}  # fmt: skip
-                flags[r] = [f] if flags[r] is None else [*flags[r], f]
-            values[:, batch.metrics.index(m)] = scaled
-            drop += [en, run]
-        keep = [i for i, m in enumerate(batch.metrics) if m not in drop]
-        return batch.with_values(values[:, keep], [batch.metrics[i] for i in keep])
-
-    @staticmethod
-    def _wrap(d: np.ndarray, width: float | None, metric: str, raw: np.ndarray, flags: list[Any]) -> None:
-        """Negative deltas: one wrap-around of the counter, else a reset (missing, flagged)."""
-        neg = np.flatnonzero(d < 0)
-        if width is not None:
-            d[neg] += width
-            neg = neg[d[neg] < 0]
-        for r in neg.tolist():
-            f = {"metric": metric, "rule": "counter_reset", "action": "drop", "original": float(raw[r]),
-                 "threshold": None}  # fmt: skip
-            flags[r] = [f] if flags[r] is None else [*flags[r], f]
-        d[neg] = np.nan
+        state_col = dict(zip(wanted, cols.tolist(), strict=True))
+        width, low = self.counter_width, self.low_coverage
+        return to_rates(batch, flags, keys, state_col, self.raw_last_, self.raw_ts_, ctr, mux, width, low)
 
     # -- imputation ----------------------------------------------------------------------------------
     def _impute(
@@ -432,7 +368,7 @@ class Clean(Transformer):
         keys: np.ndarray,
         cols: np.ndarray,
         metrics: tuple[str, ...],
-        flags: list[Any],
+        flags: np.ndarray,
     ) -> None:
         """Fill the missing cells of ``out`` causally: row r learns only from what its key observed
         before r (earlier batches and earlier rows of this batch), so splitting a stream into other
@@ -480,7 +416,7 @@ class Clean(Transformer):
             for q, jb in enumerate(miss.tolist()):
                 act = "impute" if rules[q] != "no_reference" else "flag"
                 f = {"metric": metrics[jb], "rule": rules[q], "action": act, "original": None, "threshold": None}
-                flags[r] = [f] if flags[r] is None else [*flags[r], f]
+                add_flag(flags, r, f)
 
     # -- snapshots -------------------------------------------------------------------------------------
     _ARRAYS: tuple[str, ...] = ("hist_", "hpos_", "hn_", "accepted_", "em_", "ev_", "run_n_", "runbuf_", "scale_")
