@@ -37,6 +37,9 @@ print(json.dumps([[len(b) for b in before], [len(compiled(m)) for m in mods]]))
 #: so a module counts as warm when one of its kernels is)
 WARM_PROBE = """
 import importlib, json, pkgutil
+#: modules whose kernels only other modules' kernels call: compiled with their caller (whose cached
+#: machine code holds them), never on their own once the caller comes from the cache
+CALLED_ONLY = {"perfsift.operators.forecast._nws_windows"}  # the NWS kernel's window primitives
 import numba.core.registry
 import perfsift.operators
 from perfsift.operators.warm import warm
@@ -52,7 +55,7 @@ for info in pkgutil.walk_packages(perfsift.operators.__path__, "perfsift.operato
         and f.__module__ == mod.__name__
         and f.targetoptions.get("inline", "never") == "never"
     ]
-    if kernels and not any(f.signatures for f in kernels):
+    if kernels and not any(f.signatures for f in kernels) and info.name not in CALLED_ONLY:
         cold.append(info.name)
 print(json.dumps(cold))
 """
