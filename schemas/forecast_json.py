@@ -25,11 +25,9 @@ from typing import Any
 
 import numpy as np
 import orjson
-from perfsift.operators.forecast._nws_constants import PRIMARIES
 from perfsift.operators.forecast.records import FIELDS as BANK_FIELDS
-from perfsift.operators.forecast.records import ForecastRecords
 from perfsift.operators.rounding import MAE_SIGMA, round_sig
-from perfsift.schemas.encode import encode_forecasts, json_cells
+from perfsift.schemas.encode import json_cells
 from perfsift.schemas.forecast_wire import forecast_on_wire
 
 _TEXT = ("node", "job", "metric", "method")
@@ -37,11 +35,9 @@ _TEMPLATE = b'{"ts":%s,"node":%s,"job":%s,"metric":%s,"forecast":%s,"sigma":%s%s
 
 
 def forecasts_json(records: Iterable[dict[str, Any]]) -> list[bytes]:
-    """``orjson.dumps(forecast_on_wire(r))`` for each record, the same bytes; the records of
-    forecast-bank batches (:class:`~perfsift.operators.forecast.records.ForecastRecords`) straight
-    from the batches' columns (:func:`~perfsift.schemas.encode.encode_forecasts`, no dicts)."""
-    if isinstance(records, ForecastRecords):
-        return encode_forecasts(records.batches, PRIMARIES)[0]
+    """``orjson.dumps(forecast_on_wire(r))`` for each record, the same bytes. (The forecast bank's
+    batches a stage hands over are encoded from their columns with their keys by the stage itself:
+    ``Kind.columnar_json``, :func:`~perfsift.schemas.encode.encode_forecasts`.)"""
     records = list(records)
     if not records or not all(tuple(r) == BANK_FIELDS for r in records):
         return _one_by_one(records)

@@ -14,7 +14,7 @@ from perfsift.operators.batch import Batch
 from perfsift.operators.forecast.forecast import PRIMARIES, ForecastBank
 from perfsift.operators.forecast.records import ForecastRecords
 from perfsift.operators.rounding import round_sig, round_sig_one
-from perfsift.schemas import codec_for, encode_records
+from perfsift.schemas import KINDS, codec_for, encode_records
 from perfsift.schemas.detect import decode_any
 from perfsift.schemas.encode import encode_forecasts
 from perfsift.schemas.forecast_wire import DERIVED_FIELDS, complete_forecast, forecast_on_wire
@@ -57,9 +57,10 @@ def test_the_json_on_the_wire_lacks_what_readers_derive(made: tuple[Batch, list[
 
 
 def test_records_held_as_batches_encode_to_the_bytes_of_their_dicts() -> None:
-    """The reduce operator hands perf.forecast over as bank batches (ForecastRecords); the JSON made
-    from their columns is the JSON of the dicts, record by record, in order, over several batches
-    with missing values and the level jump, and the records read back are the bank's."""
+    """The reduce operator hands perf.forecast over as bank batches (ForecastRecords); the JSON and
+    keys the stage makes from their columns (``Kind.columnar_json``) are those of the dicts, record
+    by record, in order, over several batches with missing values and the level jump, and the
+    records read back are the bank's."""
     bank = ForecastBank()
     b = series()
     outs = [bank.update(b.take(np.arange(i, min(i + 50, len(b))))) for i in range(0, len(b), 50)]
@@ -67,7 +68,10 @@ def test_records_held_as_batches_encode_to_the_bytes_of_their_dicts() -> None:
     dicts = [r for o in outs for r in bank.records(o)]
     assert len(held) == len(dicts) == sum(int((~np.isnan(o.values)).sum()) for o in outs)
     assert list(held) == dicts and held == dicts
-    assert encode_records(held, "json", "forecast") == [orjson.dumps(forecast_on_wire(r)) for r in dicts]
+    values, keys = KINDS["forecast"].columnar_json(held.batches)  # type: ignore[misc]  # the stage's path
+    assert values == [orjson.dumps(forecast_on_wire(r)) for r in dicts]
+    assert keys == [r["node"].encode() for r in dicts]
+    assert encode_records(held, "json", "forecast") == values
     assert encode_records(held, "avro", "forecast") == encode_records(dicts, "avro", "forecast")
 
 
