@@ -92,30 +92,36 @@ def test_faust_agent_equals_the_operator_and_a_restarted_agent_continues(broker,
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
     for f in admin.create_topics([NewTopic(topic_in, 1, 1), NewTopic(topic_out, 1, 1)]).values():
         f.result()
-    first, second = make_samples(0, 400), make_samples(400, 400)
+    # the tail is there for the embedded broker's high watermark, which can lag by the last batch of a
+    # partition until the next write: the last input batch may reach the agent late and its last output
+    # batch the reader late, so the test waits for everything up to the tail and checks all it got
+    first, second, tail = make_samples(0, 400), make_samples(400, 400), make_samples(800, 400)
     props = {"bootstrap.servers": broker.bootstrap}
     log = tmp_path / "worker.log"
+    want = batch_to_samples(SlidingMean(window=5).update(samples_to_batch(first + second + tail)))
+    assert len(want) == 1200
 
     produce(broker.bootstrap, topic_in, first)
     worker = start_worker(broker.bootstrap, app, topic_in, topic_out, log)
     try:
-        got = read_json(props, topic_out, len(first), 180)
+        got = read_json(props, topic_out, len(first) // 2, 180)  # stopped while it may still be working
     finally:
         stop(worker)
-    assert len(got) == len(first), log.read_text()[-3000:]
+    assert got == want[: len(got)] and len(got) >= len(first) // 2, log.read_text()[-3000:]
 
-    produce(broker.bootstrap, topic_in, second)
+    produce(broker.bootstrap, topic_in, second + tail)
     worker = start_worker(broker.bootstrap, app, topic_in, topic_out, log)
     try:
-        got = read_json(props, topic_out, len(first) + len(second), 180)
+        read_json(props, topic_out, len(first) + len(second), 180)
         time.sleep(2.0)  # anything doubled would come now
-        got = read_json(props, topic_out, len(first) + len(second) + 1, 5)
+        got = read_json(props, topic_out, len(want) + 1, 5)
     finally:
         stop(worker)
 
-    want = batch_to_samples(SlidingMean(window=5).update(samples_to_batch(first + second)))
-    assert len(got) == len(want), log.read_text()[-3000:]
-    assert got == want
+    # nothing lost, nothing doubled, the means as if uninterrupted: every output so far in order, and at
+    # least all of the first two parts (a record doubled or lost on restart breaks the prefix)
+    assert len(got) >= len(first) + len(second), log.read_text()[-3000:]
+    assert got == want[: len(got)]
     # the state mattered: a fresh operator on the second half alone gives other means
     fresh = batch_to_samples(SlidingMean(window=5).update(samples_to_batch(second)))
     assert fresh[:8] != want[len(first) : len(first) + 8]
