@@ -13,7 +13,6 @@ from typing import Any
 
 import numpy as np
 from perfsift.operators import Batch, ProjectionPursuit, SlidingMean
-from scipy.stats import kruskal
 
 
 def pursuit_records(batch: Batch, op: ProjectionPursuit, window: int) -> list[dict[str, Any]]:
@@ -36,6 +35,8 @@ def pursuit_kept(batch: Batch, op: ProjectionPursuit, window: int) -> list[set[s
 def kruskal_kept(batch: Batch, period: float, alpha: float = 0.001, skip: int = 0) -> list[set[str]]:
     """The floor: per period (after the first ``skip``), the metrics whose nodes' raw samples
     differ by a Kruskal–Wallis test at ``alpha`` / number of metrics (Bonferroni)."""
+    from scipy.stats import kruskal  # here: scipy.stats costs ~0.5 s of every CLI start
+
     pid = np.floor(batch.ts / period).astype(np.int64)
     out = []
     for p in np.unique(pid)[skip:]:

@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import numpy as np
 from scipy.special import bdtrc, chdtrc, ndtr
-from scipy.stats import rankdata
 
 TESTS = 5  # Friedman, one node's rank sum, one node top or bottom (counted once), lags 1 and 2
 RECENT = 6  # snapshots of the short horizon: a node that has just started to differ
@@ -85,6 +84,8 @@ def _ranks(v: np.ndarray) -> np.ndarray:
     [2.5, 1.0, 2.5]
     """
     if len(v) > 48:
+        from scipy.stats import rankdata  # here: scipy.stats costs ~0.5 s of every process's start
+
         return np.asarray(rankdata(v, axis=0), dtype=np.float64)
     less = (v[None, :] < v[:, None]).sum(axis=1)
     equal = (v[None, :] == v[:, None]).sum(axis=1)

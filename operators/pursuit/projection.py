@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import scipy.optimize
 from scipy.special import gammaincinv
 
 
@@ -345,6 +344,8 @@ def projection_pursuit(
         converged = int((status <= 1).sum())
         evaluations = int(evals.sum())
     elif optimizer in ("lbfgs", "scipy", "scipy-fd"):
+        import scipy.optimize  # here: only these optimizers need it, and it costs every process's start
+
         for a0 in starts:
             if optimizer != "scipy-fd":
                 res = scipy.optimize.minimize(
