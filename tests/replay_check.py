@@ -46,7 +46,8 @@ def replay_subprocess(
     rss: list[tuple[float, int]] = []
     while proc.poll() is None:
         try:
-            rss.append((time.monotonic() - t0, ps.memory_info().rss))
+            if (now := ps.memory_info().rss) > 0:  # 0: exited between poll() and here (a zombie has no memory)
+                rss.append((time.monotonic() - t0, now))
         except psutil.Error:
             break
         time.sleep(0.2)
