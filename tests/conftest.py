@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-# One BLAS thread per process: the suite runs one xdist worker per core, and small solves in
+# One BLAS thread per process: the suite runs two xdist workers per core, and small solves in
 # OpenBLAS's threads on a loaded 2-core machine ran 10-25x slower than on one. The same for numba's
 # threads: the forecast kernel (parallel=True) fed one timestamp at a time (ModelPredictor) took
 # 10 ms a call on a loaded 2-core machine with two threads, 1 ms with one (the conformance checks
@@ -82,9 +82,11 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
-    """``-n auto``: one worker per core, at most four. Each worker starts its own broker (about
-    0.7 GB resident), and more workers would not shorten a suite led by a few long streaming tests."""
-    return max(1, min(4, os.cpu_count() or 1))
+    """``-n auto``: two workers per core, at most four. Many tests wait on a stream, a broker or a
+    subprocess, so one worker per core left a core idle a fifth of the time: on two cores the whole
+    suite took 19-20 min with two workers and 14:43 with four (172 % CPU). Each worker starts its own
+    broker (about 0.7 GB resident)."""
+    return max(1, min(4, 2 * (os.cpu_count() or 1)))
 
 
 #: About how many seconds the longest test files take on two loaded cores (issue #29's measures:
