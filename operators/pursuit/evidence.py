@@ -40,7 +40,6 @@ p-value is the smallest Holm-adjusted one (a test of the global null).
 from __future__ import annotations
 
 import numpy as np
-from scipy.special import bdtrc, chdtrc, ndtr
 
 TESTS = 5  # Friedman, one node's rank sum, one node top or bottom (counted once), lags 1 and 2
 RECENT = 6  # snapshots of the short horizon: a node that has just started to differ
@@ -84,7 +83,7 @@ def _ranks(v: np.ndarray) -> np.ndarray:
     [2.5, 1.0, 2.5]
     """
     if len(v) > 48:
-        from scipy.stats import rankdata  # here: scipy.stats costs ~0.5 s of every process's start
+        from scipy.stats import rankdata  # here: scipy costs ~0.9 s of every perfsift process's start (loaded)
 
         return np.asarray(rankdata(v, axis=0), dtype=np.float64)
     less = (v[None, :] < v[:, None]).sum(axis=1)
@@ -94,6 +93,8 @@ def _ranks(v: np.ndarray) -> np.ndarray:
 
 def _tests(u: np.ndarray, top: np.ndarray, bottom: np.ndarray, ok: np.ndarray) -> np.ndarray:
     """The smallest p-value of the five rank tests per metric (not yet corrected for their number)."""
+    from scipy.special import bdtrc, chdtrc, ndtr  # here, not at import: see _ranks
+
     nodes, snaps, _ = u.shape
     c = (u**2).sum(axis=0)  # snapshots × metrics
     total = c.sum(axis=0)

@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from scipy.special import gammaincinv
 
 
 def _delta(k: int) -> np.ndarray:
@@ -161,6 +160,8 @@ def auto_trim_limit(n: int, d: int, alpha: float = 0.01) -> float:
     >>> round(auto_trim_limit(100, 3), 2), round(auto_trim_limit(100, 24), 2)
     (4.59, 7.66)
     """
+    from scipy.special import gammaincinv  # here: scipy costs every perfsift process's start
+
     # chi2.ppf(q, d) is 2 · gammaincinv(d / 2, q) (scipy's _ppf) behind argument checks that cost more
     return float(np.sqrt(2 * gammaincinv(max(d, 1) / 2, 1 - alpha / max(n, 1))))
 

@@ -10,7 +10,6 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.linalg import eigh, solve_triangular
 
 SQUARE = "^2"
 LAG = "@t-"
@@ -56,6 +55,8 @@ def design(
 def _drop_collinear(z: np.ndarray, tol: float = 1e-10) -> list[int]:
     """Greedy pivoted Cholesky on the correlation of standardised columns: indexes of the columns
     whose residual variance on the accepted ones is >= tol."""
+    from scipy.linalg import solve_triangular  # here: scipy costs every perfsift process's start
+
     n = len(z)
     corr = z.T @ z / n
     keep: list[int] = []
@@ -179,6 +180,8 @@ def _least_squares(z: np.ndarray, yc: np.ndarray) -> np.ndarray:
     dominated the evaluation."""
     if z.shape[1] == 0:
         return np.zeros(0)
+    from scipy.linalg import eigh
+
     w, v = eigh(z.T @ z, check_finite=False, driver="evd")
     keep = w > 1e-10 * max(float(w[-1]), 1e-300)
     return v[:, keep] @ ((v[:, keep].T @ (z.T @ yc)) / w[keep])
