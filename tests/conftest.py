@@ -90,16 +90,18 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
 
 
 #: About how many seconds the longest test files take on two loaded cores (issue #29's measures:
-#: the cluster file 4-8 min; the conformance checks 350 s with -n 0 at load 5, most of it
-#: data_reduction's and predict's streams; the chaos, scaling and e2e runs 25-48 s a test; faust's
+#: the cluster files, each with a cluster of its own, 3-4 min; the conformance checks 350 s with -n 0
+#: at load 5, most of it data_reduction's and predict's streams; the chaos, scaling and e2e runs 25-48 s a test; faust's
 #: 47 s since its app's short session timeout; the e2e files' numbers are their tests' count times
 #: that). ``--dist loadfile`` hands whole files to the workers in collection order
 #: (``--no-loadscope-reorder`` in pyproject.toml; xdist's own order puts the files with the most
 #: tests first, which left these single long tests to the end), so these go first, longest first:
-#: the three-node cluster file starts on one worker at once and the conformance file on the other,
-#: then the rest share both. Only their order matters; a file not listed keeps its place after them.
+#: the two three-node cluster files start on two workers at once and the conformance file on a
+#: third, then the rest share them. Only their order matters; a file not listed keeps its place
+#: after them.
 LONGEST_FILES: dict[str, float] = {
-    "tests/integration/test_kafka_cluster.py": 360,
+    "tests/integration/test_kafka_cluster.py": 220,
+    "tests/integration/test_kafka_cluster_faults.py": 210,
     "tests/unit/test_conformance.py": 200,
     "tests/e2e/test_report.py": 120,
     "tests/e2e/test_cli.py": 90,

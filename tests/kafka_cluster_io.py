@@ -1,6 +1,7 @@
-"""Helpers of the Apache Kafka cluster tests (tests/integration/test_kafka_cluster.py): the
-pipeline they run, ``perfsift worker`` processes, a paced publisher, a read_committed reader, and
-the side-by-side run of an uninterrupted and a disturbed pipeline."""
+"""Helpers of the Apache Kafka cluster tests (tests/integration/test_kafka_cluster.py and
+test_kafka_cluster_faults.py): the pipeline they run, ``perfsift worker`` processes, a paced
+publisher, a read_committed reader, and the side-by-side run of an uninterrupted and a disturbed
+pipeline."""
 
 from __future__ import annotations
 
