@@ -10,8 +10,9 @@ import hashlib
 import inspect
 import io
 import json
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, overload
 
 import numpy as np
 from perfsift.operators.batch import Batch
@@ -239,3 +240,63 @@ class Router(Operator):
 
     def update(self, batch: Batch) -> dict[str, list[Any]]:
         raise NotImplementedError
+
+
+class BatchRecords(Sequence[dict[str, Any]]):
+    """A router's records of one kind held as the output batches they come from, made into dicts
+    only when first read: an encoding that builds the kind column-wise (``Kind.columnar_json`` in
+    ``schemas/kinds.py``) writes them from :attr:`batches` without a dict per record, which can cost
+    more than the records' computation (the forecast bank's, docs/benchmarks.md). A subclass says how
+    batches become records (:meth:`make`) and how many records a batch holds (:meth:`size_of`)."""
+
+    def __init__(self, batches: Sequence[Batch] = ()) -> None:
+        self.batches: list[Batch] = []
+        self._count = 0
+        self._made: list[dict[str, Any]] | None = None
+        for b in batches:
+            self.add(b)
+
+    def make(self, batches: list[Batch]) -> list[dict[str, Any]]:
+        """The records of ``batches``, in order."""
+        raise NotImplementedError
+
+    def size_of(self, batch: Batch) -> int:
+        """How many records ``batch`` holds."""
+        raise NotImplementedError
+
+    def add(self, out: Batch) -> None:
+        """One more output batch (its records come after those already held)."""
+        self.batches.append(out)
+        self._count += self.size_of(out)
+        self._made = None
+
+    def records(self) -> list[dict[str, Any]]:
+        """Every record as a dict (made once)."""
+        if self._made is None:
+            self._made = self.make(self.batches)  # one pass over all of them
+        return self._made
+
+    def __len__(self) -> int:
+        return self._count
+
+    @overload
+    def __getitem__(self, i: int) -> dict[str, Any]: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[dict[str, Any]]: ...
+
+    def __getitem__(self, i: int | slice) -> dict[str, Any] | list[dict[str, Any]]:
+        return self.records()[i]
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return iter(self.records())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, BatchRecords | list):
+            return self.records() == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, as a list
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({len(self.batches)} batches, {self._count} records)"

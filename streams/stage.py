@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from perfsift.operators import Batch, Decider, Operator, Output, Router
-from perfsift.operators.forecast.records import ForecastRecords
+from perfsift.operators.base import BatchRecords
 from perfsift.schemas import KINDS, Encoding, RecordError, encoding_for
 from perfsift.schemas.frames import encode_frames
 from perfsift.streams.config import StageConfig
@@ -270,10 +270,11 @@ class Chain:
 
     def _columnar(self, kind: str, parts: object, topics: Sequence[str]) -> tuple[list[bytes], list[bytes]] | None:
         """A router's records of ``kind`` encoded with their keys from whole columns, when they are
-        forecast-bank batches not yet made into dicts (:class:`ForecastRecords`), the encoding builds
-        the kind column-wise and the topics are keyed by node (what the columnar form gives); else None."""
+        output batches not yet made into dicts (:class:`~perfsift.operators.base.BatchRecords`, e.g.
+        the forecast bank's), the encoding builds the kind column-wise and the topics are keyed by
+        node (what the columnar form gives); else None."""
         columnar = KINDS[kind].columnar_json if self.encoding.columnar else None
-        if columnar is None or not isinstance(parts, ForecastRecords):
+        if columnar is None or not isinstance(parts, BatchRecords):
             return None
         if any(key_of(t, kind) != "node" for t in topics):
             return None

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from typing import Any, overload
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
+from perfsift.operators.base import BatchRecords
 from perfsift.operators.batch import Batch
 from perfsift.operators.forecast._nws_constants import PRIMARIES
 from perfsift.operators.rounding import MAE_SIGMA, forecast_bounds
@@ -94,11 +95,12 @@ def forecast_records(out: Batch | Sequence[Batch]) -> list[dict[str, Any]]:
     return [dict(zip(FIELDS, f, strict=True)) for f in fields]
 
 
-class ForecastRecords(Sequence[dict[str, Any]]):
+class ForecastRecords(BatchRecords):
     """The perf.forecast records of forecast-bank output batches (:func:`forecast_records` of each,
     in order), made only when first read: an encoder that knows the batches
     (:func:`~perfsift.schemas.forecast_json.forecasts_json`) writes them column-wise without a
     dict per record, which costs more than the forecasts themselves (docs/benchmarks.md).
+    One record per forecast value (a row's metrics without a forecast are NaN: none).
 
     >>> from perfsift.operators.forecast.forecast import ForecastBank
     >>> two = Batch.from_columns(ts=[0.0, 1.0], nodes=["a", "a"], metrics=["x"], values=[[1.0], [2.0]])
@@ -108,46 +110,8 @@ class ForecastRecords(Sequence[dict[str, Any]]):
     (2, True, 2.0)
     """
 
-    def __init__(self, batches: Sequence[Batch] = ()) -> None:
-        self.batches: list[Batch] = []
-        self._count = 0
-        self._made: list[dict[str, Any]] | None = None
-        for b in batches:
-            self.add(b)
+    def make(self, batches: list[Batch]) -> list[dict[str, Any]]:
+        return forecast_records(batches)
 
-    def add(self, out: Batch) -> None:
-        """One more bank output batch (its records come after those already held)."""
-        self.batches.append(out)
-        self._count += int(np.count_nonzero(~np.isnan(out.values)))
-        self._made = None
-
-    def records(self) -> list[dict[str, Any]]:
-        """Every record as a dict (made once)."""
-        if self._made is None:
-            self._made = forecast_records(self.batches)  # one pass over all of them
-        return self._made
-
-    def __len__(self) -> int:
-        return self._count
-
-    @overload
-    def __getitem__(self, i: int) -> dict[str, Any]: ...
-
-    @overload
-    def __getitem__(self, i: slice) -> list[dict[str, Any]]: ...
-
-    def __getitem__(self, i: int | slice) -> dict[str, Any] | list[dict[str, Any]]:
-        return self.records()[i]
-
-    def __iter__(self) -> Iterator[dict[str, Any]]:
-        return iter(self.records())
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, ForecastRecords | list):
-            return self.records() == list(other)
-        return NotImplemented
-
-    __hash__ = None  # type: ignore[assignment]  # mutable, as a list
-
-    def __repr__(self) -> str:
-        return f"ForecastRecords({len(self.batches)} batches, {self._count} records)"
+    def size_of(self, batch: Batch) -> int:
+        return int(np.count_nonzero(~np.isnan(batch.values)))
