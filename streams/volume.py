@@ -35,12 +35,28 @@ _SIZE_CLASSES = (16 * 1024, 128 * 1024, 256 * 1024)
 _local = threading.local()
 
 
+def _compressor(payload: int | None = None) -> zstandard.ZstdCompressor:
+    """This thread's zstd compressor at :data:`ZSTD_LEVEL`: the plain one, or for a source of
+    ``payload`` bytes one with the parameters zstd picks for that size class (made at the first
+    source of the class)."""
+    made: dict[int | None, zstandard.ZstdCompressor] | None = getattr(_local, "zstd", None)
+    if made is None:
+        made = _local.zstd = {}
+    size_class = None if payload is None else bisect.bisect_left(_SIZE_CLASSES, payload)
+    z = made.get(size_class)
+    if z is None:
+        if payload is None:
+            z = zstandard.ZstdCompressor(level=ZSTD_LEVEL)
+        else:
+            params = zstandard.ZstdCompressionParameters.from_level(ZSTD_LEVEL, source_size=payload)
+            z = zstandard.ZstdCompressor(compression_params=params)
+        made[size_class] = z
+    return z
+
+
 def compressed_size(blob: bytes) -> int:
     """Bytes of ``blob`` compressed with zstd at :data:`ZSTD_LEVEL` (a compressor per thread)."""
-    z = getattr(_local, "zstd", None)
-    if z is None:
-        z = _local.zstd = zstandard.ZstdCompressor(level=ZSTD_LEVEL)
-    return len(z.compress(blob))
+    return len(_compressor().compress(blob))
 
 
 def estimated_size(values: Sequence[bytes], payload: int) -> int:
@@ -56,14 +72,7 @@ def estimated_size(values: Sequence[bytes], payload: int) -> int:
         n += len(v)
         if n >= SAMPLE_BYTES:
             break
-    size_class = bisect.bisect_left(_SIZE_CLASSES, payload)
-    zs = getattr(_local, "sampled", None)
-    if zs is None:
-        zs = _local.sampled = {}
-    z = zs.get(size_class)
-    if z is None:
-        params = zstandard.ZstdCompressionParameters.from_level(ZSTD_LEVEL, source_size=payload)
-        z = zs[size_class] = zstandard.ZstdCompressor(compression_params=params)
+    z = _compressor(payload)
     return round(len(z.compress(b"".join(head)[:SAMPLE_BYTES])) * payload / SAMPLE_BYTES)
 
 
