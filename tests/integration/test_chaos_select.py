@@ -98,6 +98,8 @@ def test_select_worker_killed_mid_stream_gives_the_uninterrupted_output(
     b = worker(config, kafka["bootstrap.servers"], logs[1])
     topic = cfg.topic("perf.smoothed.byjob")
 
+    killed = threading.Event()
+
     def publish() -> None:  # about 600 samples/s, keyed by job
         p = Producer({**kafka, "linger.ms": 5})
         for i, s in enumerate(samples):
@@ -105,6 +107,9 @@ def test_select_worker_killed_mid_stream_gives_the_uninterrupted_output(
             if i % 120 == 119:
                 p.flush(10)
                 time.sleep(0.2)
+            if i == 3 * len(samples) // 4:  # the last quarter only after the kill: mid-stream on any load
+                p.flush(10)
+                killed.wait(120)
         p.flush(30)
 
     time.sleep(6)  # both join the group before data flows
@@ -117,7 +122,8 @@ def test_select_worker_killed_mid_stream_gives_the_uninterrupted_output(
     assert len(halfway) >= first_half // 2, f"the workers emitted {len(halfway)} reduced records in 90 s"
     a.send_signal(signal.SIGKILL)
     a.wait(10)
-    assert publisher.is_alive(), "the stream ended before the kill; publish more slowly"
+    assert publisher.is_alive(), "the stream ended before the kill"
+    killed.set()
     a = worker(config, kafka["bootstrap.servers"], logs[0])
     try:
         got = read_topic(
