@@ -27,11 +27,12 @@ def examples(tmp: Path) -> dict[str, Operator]:
         "contract": ContractMonitor(str(contract)),
         "reduce": Reduce(pursuit={"period": 100.0, "window": 5}, full_every=3, forecast={"mode": "nws"}),
         "predict": ModelPredictor(str(DATA / "models" / "conformance.yaml"), samples=200),
-        # a window the test stream fills (about 190 five-second buckets a job in its first 1000
-        # rows), so the bounded-state check sees a full window; buckets of 5 s hold rows of several
-        # nodes and straddle the split check's batch boundaries, and make 5x fewer rows than 1 s
-        # (each row reclusters on this random stream: 15 ms a row, the file's longest checks)
-        "data_reduction": DataReduction(perf_metric="d", window=96, interval=5.0),
+        # a window the test stream fills (about 100 ten-second buckets a job in its first 1000
+        # rows), so the bounded-state check sees a full window and then 20 more windows pass;
+        # buckets of 10 s hold rows of several nodes and straddle the split check's batch
+        # boundaries, and make 10x fewer rows than 1 s (each row reclusters on this random
+        # stream, 15-20 ms a row with a window of 96: the file's longest checks)
+        "data_reduction": DataReduction(perf_metric="d", window=48, interval=10.0),
     }
     return {name: special.get(name) or cls() for name, cls in OPERATORS.items()}
 

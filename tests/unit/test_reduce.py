@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections import Counter
 
@@ -173,6 +174,27 @@ def upstream_bursts(batch: Batch, seed: int, partitions: int = 4, most: int = 30
     return chunks
 
 
+#: the default pipeline's pursuit settings
+INTERLEAVE_SETTINGS = {"period": 30.0, "window": 1, "evidence_gap": 1, "restarts": 10, "slack": 32}
+
+
+def reduce_in_chunks(batch: Batch, chunks: list[np.ndarray]) -> tuple[list[dict], list[dict], list[dict]]:
+    """Reduce fed ``batch``'s rows in ``chunks``: reduced rows, selections and forecasts, in a
+    canonical order."""
+    op = Reduce(pursuit=INTERLEAVE_SETTINGS, full_every=10, forecast={"mode": "nws"})
+    outs = [op.update(batch.take(rows)) for rows in chunks]
+    rows = sorted((r for o in outs for r in reduced_rows(o)), key=lambda r: (r["node"], r["seq"]))
+    forecasts = sorted((f for o in outs for f in o["forecast"]), key=lambda f: (f["node"], f["ts"], f["metric"]))
+    return rows, [s for o in outs for s in o["selection"]], forecasts
+
+
+@functools.cache  # the same trace and one-batch reference for every seed below (only compared, never changed)
+def interleave_case() -> tuple[Batch, tuple[list[dict], list[dict], list[dict]]]:
+    samples, _ = spmd("sweep3d", nodes=12, duration=600, seed=2)
+    batch = SlidingMean(window=10, emit_every=10).update(samples_to_batch(samples))  # the node stage's output
+    return batch, reduce_in_chunks(batch, [np.argsort(batch.ts, kind="stable")])
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_how_upstream_partitions_interleave_changes_nothing(seed: int) -> None:
     """The at-least-once run on the embedded broker: the reader sees each upstream partition's
@@ -181,25 +203,14 @@ def test_how_upstream_partitions_interleave_changes_nothing(seed: int) -> None:
     selections are those of one batch in time order (``perfsift analyze``), row for row. (The first
     period once closed on the first partition's nodes alone, a lagging node was taken for a silent
     one after one period: versions then shifted for every later row.)"""
-    samples, _ = spmd("sweep3d", nodes=12, duration=600, seed=2)
-    batch = SlidingMean(window=10, emit_every=10).update(samples_to_batch(samples))  # the node stage's output
-    settings = {"period": 30.0, "window": 1, "evidence_gap": 1, "restarts": 10, "slack": 32}  # the default pipeline's
-
-    def run(chunks: list[np.ndarray]) -> tuple[list[dict], list[dict], list[dict]]:
-        op = Reduce(pursuit=settings, full_every=10, forecast={"mode": "nws"})
-        outs = [op.update(batch.take(rows)) for rows in chunks]
-        rows = sorted((r for o in outs for r in reduced_rows(o)), key=lambda r: (r["node"], r["seq"]))
-        forecasts = sorted((f for o in outs for f in o["forecast"]), key=lambda f: (f["node"], f["ts"], f["metric"]))
-        return rows, [s for o in outs for s in o["selection"]], forecasts
-
+    batch, (reference, ref_selections, ref_forecasts) = interleave_case()
     chunks = upstream_bursts(batch, seed)
     order = np.concatenate(chunks)
     first = {n: i for i, n in reversed(list(enumerate(batch.node_idx[order].tolist())))}
     # the case that broke: some node appears only after event time is two periods past the first row
     ts = batch.ts[order]
     assert ts[: max(first.values())].max() - ts.min() > 60
-    reference, ref_selections, ref_forecasts = run([np.argsort(batch.ts, kind="stable")])
-    streamed, selections, forecasts = run(chunks)
+    streamed, selections, forecasts = reduce_in_chunks(batch, chunks)
     assert len(reference) == len(batch) and len(ref_selections) >= 18 and len(ref_forecasts) > 100
     assert max(r["selection_version"] for r in reference) >= 1  # selections did change the kept set
     assert streamed == reference
