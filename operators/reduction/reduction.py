@@ -285,8 +285,9 @@ class DataReduction(Decider):
             st.pos = (st.pos + 1) % self.window
             st.filled = min(st.filled + 1, self.window)
             st.since += 1
-            if self._should_recluster(st):
-                rec = self._recluster(job, st)
+            due, stats = self._should_recluster(st)
+            if due:
+                rec = self._recluster(job, st, stats)
                 if rec is not None:
                     records.append(rec)
         return records
@@ -324,24 +325,26 @@ class DataReduction(Decider):
         newest = int(buckets[rows].max())
         st.max_bucket = newest if st.max_bucket is None else max(newest, st.max_bucket)
 
-    def _should_recluster(self, st: _Job) -> bool:
+    def _should_recluster(self, st: _Job) -> tuple[bool, dict[str, np.ndarray] | None]:
+        """Whether the job reclusters now, and the moments' statistics if they were computed to
+        decide (the reclustering uses the same: computed once per row, not twice)."""
         every = self.recluster_every or max(self.window // 10, 1)
         if st.clustering is None:  # the first clustering as soon as a tenth of the window is in
-            return st.filled >= max(min(every, self.window // 10), 10)
+            return st.filled >= max(min(every, self.window // 10), 10), None
         if st.since >= every:
-            return True
+            return True, None
         s = st.moments.stats()
         if st.last_r is not None and s["r"].shape == st.last_r.shape:
             with np.errstate(invalid="ignore"):
                 if np.nanmax(np.abs(s["r"] - st.last_r), initial=0.0) > 0.1:  # (b) correlations moved
-                    return True
+                    return True, s
         fi = [st.moments.index[n] for n in st.names]
         zero = {st.names[i] for i in np.nonzero(constant_features(s["count"][fi], s["mean"][fi], s["sd"][fi]))[0]}
-        return zero != set(st.clustering.zero_variation)  # (c) a metric entered or left the zero-variation set
+        return zero != set(st.clustering.zero_variation), s  # (c) a metric entered or left the zero-variation set
 
-    def _recluster(self, job: str, st: _Job) -> dict[str, Any] | None:
+    def _recluster(self, job: str, st: _Job, stats: dict[str, np.ndarray] | None = None) -> dict[str, Any] | None:
         st.since = 0
-        s = st.moments.stats()
+        s = st.moments.stats() if stats is None else stats
         st.last_r = s["r"]
         yi = st.moments.index["__response__"]  # features that appear later sit after the response
         fi = [st.moments.index[n] for n in st.names]

@@ -53,27 +53,30 @@ def design(
 
 
 def _drop_collinear(z: np.ndarray, tol: float = 1e-10) -> list[int]:
-    """Greedy pivoted Cholesky on the correlation of standardised columns: indexes of the columns
-    whose residual variance on the accepted ones is >= tol."""
-    from scipy.linalg import solve_triangular  # here: scipy costs every perfsift process's start
+    """Greedy Cholesky on the correlation of standardised columns, in column order: indexes of the
+    columns whose residual variance on the accepted ones is >= tol.
 
+    Left-looking: ``w`` holds L⁻¹·corr[keep, :] for every column, one row per accepted column, so a
+    column's coefficients on the accepted ones are its column of ``w`` (no triangular solve per
+    column: those, through scipy's wrapper, were most of a reclustering's time), and an accepted
+    column adds its row. The same residuals as solving L·v = corr[keep, j] for each column
+    (tests/unit/test_reduction.py checks the kept columns against that).
+
+    >>> z = np.array([[1.0, 2.0, 1.0], [-1.0, -2.0, 1.0], [1.0, 2.0, -1.0], [-1.0, -2.0, -1.0]])
+    >>> _drop_collinear(z)  # the second column is twice the first
+    [0, 2]
+    """
     n = len(z)
     corr = z.T @ z / n
+    p = corr.shape[0]
     keep: list[int] = []
-    chol = np.zeros((0, 0))
-    for j in range(corr.shape[0]):
-        if keep:
-            v = solve_triangular(chol, corr[keep, j], lower=True, check_finite=False)
-            resid = corr[j, j] - v @ v
-        else:
-            v, resid = np.zeros(0), corr[j, j]
+    w = np.zeros((0, p))
+    for j in range(p):
+        v = w[:, j]
+        resid = corr[j, j] - v @ v
         if resid >= tol:
             keep.append(j)
-            new = np.zeros((len(keep), len(keep)))
-            new[:-1, :-1] = chol
-            new[-1, :-1] = v
-            new[-1, -1] = np.sqrt(resid)
-            chol = new
+            w = np.vstack([w, (corr[j] - v @ w) / np.sqrt(resid)])
     return keep
 
 

@@ -397,3 +397,40 @@ def test_streaming_records_say_what_was_measured_and_compare_with_rand() -> None
     noisy = [r for r in recs if r["selected"]]
     assert len(noisy) >= 10 and np.median([r["r2_holdout"] for r in noisy]) < 0.05
     assert np.mean([r["rand_p_value"] for r in noisy]) > 0.2
+
+
+def test_drop_collinear_keeps_what_triangular_solves_keep() -> None:
+    """The left-looking greedy Cholesky keeps the same columns as solving L·v = corr[keep, j] with
+    scipy for each column (the former code, here as the oracle), on columns with exact and near
+    linear dependencies among independent ones."""
+    from perfsift.operators.reduction.regression import _drop_collinear
+    from scipy.linalg import solve_triangular
+
+    def oracle(z: np.ndarray, tol: float = 1e-10) -> list[int]:
+        corr = z.T @ z / len(z)
+        keep: list[int] = []
+        chol = np.zeros((0, 0))
+        for j in range(corr.shape[0]):
+            v = solve_triangular(chol, corr[keep, j], lower=True) if keep else np.zeros(0)
+            resid = corr[j, j] - v @ v
+            if resid >= tol:
+                keep.append(j)
+                new = np.zeros((len(keep), len(keep)))
+                new[:-1, :-1], new[-1, :-1], new[-1, -1] = chol, v, np.sqrt(resid)
+                chol = new
+        return keep
+
+    rng = np.random.default_rng(7)
+    dropped = 0
+    for _ in range(200):
+        n, p = int(rng.integers(20, 80)), int(rng.integers(2, 30))
+        x = rng.normal(size=(n, p))
+        for j in rng.choice(p, size=int(rng.integers(0, p // 2 + 1)), replace=False):
+            a, b = rng.choice(p, size=2)
+            x[:, j] = 2.0 * x[:, a] - x[:, b] + rng.choice([0.0, 1e-9, 1e-3]) * rng.normal(size=n)
+        sd = x.std(axis=0)
+        z = (x - x.mean(axis=0)) / np.where(sd > 0, sd, 1.0)
+        got = _drop_collinear(z)
+        assert got == oracle(z)
+        dropped += p - len(got)
+    assert dropped > 100  # the dependencies were there to find
