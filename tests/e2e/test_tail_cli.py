@@ -19,7 +19,7 @@ from perfsift.schemas import AvroCodec
 from perfsift.streams.clients import ensure_topics
 from typer.testing import CliRunner
 
-from tests.e2e.cli import perfsift
+from tests.e2e.cli import perfsift, perfsift_here
 
 pytestmark = pytest.mark.e2e
 
@@ -116,9 +116,9 @@ def test_group_mode_and_exit_at_end(broker, topic: str) -> None:  # type: ignore
 
 
 def test_bad_offset_and_partition_are_usage_errors(broker, topic: str) -> None:  # type: ignore[no-untyped-def]
-    r = perfsift("tail", topic, "-b", broker.bootstrap, "-o", "yesterday")
+    r = perfsift_here("tail", topic, "-b", broker.bootstrap, "-o", "yesterday")
     assert r.returncode == 2 and "offset 'yesterday'" in r.stderr
-    r = perfsift("tail", topic, "-b", broker.bootstrap, "-p", "7", "--idle", "1")
+    r = perfsift_here("tail", topic, "-b", broker.bootstrap, "-p", "7", "--idle", "1")
     assert r.returncode == 2 and "not [7]" in r.stderr
 
 
