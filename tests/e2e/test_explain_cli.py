@@ -19,7 +19,7 @@ def analysis(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tmp = tmp_path_factory.mktemp("explain")
     trace = tmp / "planted.jsonl"
     trace.write_bytes(b"".join(orjson.dumps(s) + b"\n" for s in planted_trace()))
-    r = perfsift("analyze", str(trace), "--out", str(tmp / "out"))
+    r = perfsift_here("analyze", str(trace), "--out", str(tmp / "out"))  # as a subprocess: test_report.py
     assert r.returncode == 0, r.stderr[-3000:]
     return tmp / "out"
 
