@@ -1,6 +1,7 @@
 """The e2e tests' shared run: ``perfsift run`` with no flags (the bundled demo on the embedded
 broker, its report in the default folder) is run once per session and read by the tests that check
-its summary (test_cli.py) and its report (test_report.py). The run takes 30-60 s; the two files may
+its summary (test_cli.py), its report (test_report.py) and what it says about the demo
+(test_demo_run.py). The run takes 30-60 s; the files may
 sit on different xdist workers, so the first to ask runs it under a file lock in the session's
 shared temporary folder and the other reads what it left."""
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.cli import perfsift
+from tests.e2e.cli import perfsift, perfsift_here
 from tests.e2e.conftest import DemoRun
 
 pytestmark = pytest.mark.e2e
@@ -87,7 +87,7 @@ def test_run_replays_a_given_trace_and_counts_bad_lines(tmp_path: Path, mode: st
 
 
 def test_help_lists_the_commands() -> None:
-    r = perfsift("--help")
+    r = perfsift_here("--help")  # as a subprocess: test_cli_shell.py
     assert r.returncode == 0
     for cmd in ("run", "broker", "worker", "produce", "tail"):
         assert cmd in r.stdout
@@ -102,7 +102,7 @@ def test_bad_pipeline_file_is_named_in_the_error(tmp_path: Path) -> None:
 
 
 def test_validate_checks_a_pipeline_file_without_kafka(tmp_path: Path) -> None:
-    r = perfsift("validate", "streams/pipeline.yaml", cwd=Path(__file__).resolve().parents[2])
+    r = perfsift_here("validate", "streams/pipeline.yaml", cwd=Path(__file__).resolve().parents[2])
     assert r.returncode == 0, r.stderr
     assert "ok - 2 stages (node, select)" in r.stdout
     assert "node: perf.raw -> clean -> sliding_mean -> perf.smoothed.byjob" in r.stdout
@@ -110,7 +110,7 @@ def test_validate_checks_a_pipeline_file_without_kafka(tmp_path: Path) -> None:
     assert f"select: perf.smoothed.byjob -> reduce -> {outputs}" in r.stdout
     cfg = tmp_path / "p.yaml"
     cfg.write_text("partitons: 3\nstages:\n  s: {input: perf.raw, outputs: [x], operators: [{type: sliding_maen}]}\n")
-    r = perfsift("validate", str(cfg))
+    r = perfsift_here("validate", str(cfg))
     assert r.returncode == 2
     errors = r.stderr.splitlines()  # one line per mistake, file:line first
     assert errors[0].startswith(f"error: {cfg}:1: partitons: ") and "(did you mean 'partitions'?)" in errors[0]
@@ -137,9 +137,9 @@ def test_bootstrap_help_says_which_commands_start_an_embedded_broker() -> None:
 
 
 def test_unknown_stage_and_missing_bootstrap_are_clear() -> None:
-    r = perfsift("worker", "nosuch", "--bootstrap", "127.0.0.1:1")
+    r = perfsift_here("worker", "nosuch", "--bootstrap", "127.0.0.1:1")
     assert r.returncode == 2 and "no stage 'nosuch'" in r.stderr
-    r = perfsift("produce", __file__, "--topic", "perf.raw")
+    r = perfsift_here("produce", __file__, "--topic", "perf.raw")
     assert r.returncode == 2 and "needs --bootstrap" in r.stderr
 
 
@@ -148,7 +148,7 @@ def test_worker_on_a_busy_http_port_says_so() -> None:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        r = perfsift("worker", "node", "--bootstrap", "127.0.0.1:1", "--no-create-topics",
+        r = perfsift_here("worker", "node", "--bootstrap", "127.0.0.1:1", "--no-create-topics",
                      "--http-host", "127.0.0.1", "--http-port", str(port))  # fmt: skip
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
     assert f"cannot serve /healthz and /metrics on 127.0.0.1:{port}" in r.stderr.replace("\n", "")
@@ -158,7 +158,7 @@ def test_no_broker_at_bootstrap_is_one_clear_line() -> None:
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    r = perfsift("run", "--bootstrap", f"127.0.0.1:{port}", "--no-report", timeout=120)
+    r = perfsift_here("run", "--bootstrap", f"127.0.0.1:{port}", "--no-report")  # main()'s Kafka error line
     assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr[-2000:]
     assert "error: Kafka: Failed to get metadata" in r.stderr and "check --bootstrap" in r.stderr
 
@@ -168,7 +168,7 @@ def test_produce_and_tail_name_a_missing_topic_at_once(kafka: dict, prefix: str,
     trace.write_text('{"ts": 1.0, "node": "n0", "metrics": {"x": 1.0}}\n')
     bs = kafka["bootstrap.servers"]
     for args in (["produce", str(trace), "--topic", f"{prefix}nosuch"], ["tail", f"{prefix}nosuch", "--max", "1"]):
-        r = perfsift(*args, "-b", bs, timeout=60)
+        r = perfsift_here(*args, "-b", bs)
         assert r.returncode == 2 and f"no topic '{prefix}nosuch' on {bs}" in r.stderr.replace("\n", ""), r.stderr
 
 
@@ -182,11 +182,14 @@ def test_run_with_a_contract_shows_the_violated_nodes(tmp_path: Path) -> None:
     write_samples(master_worker(seed=1)[0], base)
     write_samples(master_worker(seed=2, fewer_flops=range(6, 12))[0], run)
     contract = tmp_path / "c.json"
-    r = perfsift("contract", "derive", str(base), "--space", "intrinsic=instructions_per_s / flops_per_s", "-o",
-                 str(contract))  # fmt: skip
+    r = perfsift_here("contract", "derive", str(base), "--space", "intrinsic=instructions_per_s / flops_per_s",
+                      "-o", str(contract))  # fmt: skip
     assert r.returncode == 0, r.stderr
     summary = tmp_path / "s.json"
-    r = perfsift("run", "--trace", str(run), "--contract", str(contract), "--summary-json", str(summary), "--no-report")
+    # the stages as threads of the run (each in a process of its own: the demo run and the trace
+    # replays above); what is checked is the contract stage's verdicts
+    r = perfsift("run", "--trace", str(run), "--contract", str(contract), "--summary-json", str(summary),
+                 "--no-report", "--threads")  # fmt: skip
     assert r.returncode == 0, r.stderr[-3000:]
     assert "contract violated on 6 of 12 nodes" in r.stdout
     s = json.loads(summary.read_text())

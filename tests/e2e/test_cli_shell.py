@@ -4,7 +4,6 @@ when stderr is not a terminal, shell completion, and validate --schema."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -12,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.cli import perfsift
+from tests.e2e.cli import perfsift, perfsift_here
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,41 +42,41 @@ def test_no_help_shows_python_types_as_metavars() -> None:
 
     commands = _all_commands()
     assert len(commands) > 20
-    for path in ([], ["worker"]):  # as a user runs it
-        r = subprocess.run([*MAIN, *path, "--help"], capture_output=True, text=True, timeout=60)
-        assert r.returncode == 0 and "Usage: perfsift" in r.stdout, r.stderr
+    r = subprocess.run([*MAIN, "--help"], capture_output=True, text=True, timeout=60)  # as a user runs it
+    assert r.returncode == 0 and "Usage: perfsift" in r.stdout, r.stderr
     # all of them in-process (fast): the same click command main() runs
     import contextlib
     import io
 
+    command = cli_command(app)  # built once: click makes a new context for every call
     for path in commands:
         buf = io.StringIO()
         with contextlib.redirect_stdout(buf), pytest.MonkeyPatch.context() as mp:
             mp.setenv("COLUMNS", "200")
-            assert run_cli(cli_command(app), [*path, "--help"]) == 0
+            assert run_cli(command, [*path, "--help"]) == 0
         text = buf.getvalue()
         assert "Usage: perfsift" in text, path
         bad = re.findall(r"<(?:str|int|float|bool|path|file|list\[[^\]]*\]|Path)>|\{[A-Za-z_]+\}", text)
         assert bad == [], (path, bad)
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
-        run_cli(cli_command(app), ["forecast", "--help"])
+        run_cli(command, ["forecast", "--help"])
     assert re.search(r"--metric\s+-m\s+METRIC\b", buf.getvalue())
     assert re.search(r"\bTRACE\b", buf.getvalue())
 
 
 def test_usage_errors_are_one_line_when_stderr_is_not_a_terminal() -> None:
-    r = perfsift("worker")
+    r = perfsift("worker")  # a real process with stderr a pipe; the rest through the same main() here
     assert r.returncode == 2
     assert r.stderr.splitlines() == [
         "perfsift worker: error: Missing argument 'STAGE'. (see perfsift worker --help)"
     ], r.stderr
-    r = perfsift("forecast", "x.csv", "--metrc", "cpu")
+    r = perfsift_here("forecast", "x.csv", "--metrc", "cpu")
     assert r.returncode == 2 and len(r.stderr.splitlines()) == 1
     assert r.stderr.startswith("perfsift forecast: error: No such option: --metrc") and "--metric" in r.stderr
-    r = perfsift("validate", "--bogus")
+    r = perfsift_here("validate", "--bogus")
     assert r.returncode == 2 and len(r.stderr.splitlines()) == 1 and "╭" not in r.stderr
-    r = perfsift()  # no command: the help, as before
+    r = perfsift_here()  # no command: the help, as before
     assert r.returncode == 2 and "Usage: perfsift [OPTIONS] COMMAND" in r.stdout
 
 
@@ -85,22 +84,22 @@ def test_shell_completion_is_on(tmp_path: Path) -> None:
     r = perfsift("--show-completion", "bash")
     assert r.returncode == 0, r.stderr
     assert "_PERFSIFT_COMPLETE=complete_bash" in r.stdout and "complete -o default -F" in r.stdout
-    # what bash's completion function runs: the words so far -> the candidates
-    env = {**os.environ, "_PERFSIFT_COMPLETE": "complete_bash", "COMP_WORDS": "perfsift wor", "COMP_CWORD": "1"}
-    r = subprocess.run(MAIN, capture_output=True, text=True, env=env, timeout=60)
-    assert r.stdout.split() == ["worker"], (r.stdout, r.stderr)
-    env["COMP_WORDS"], env["COMP_CWORD"] = "perfsift validate --sch", "2"
-    r = subprocess.run(MAIN, capture_output=True, text=True, env=env, timeout=60)
-    assert r.stdout.split() == ["--schema"], (r.stdout, r.stderr)
+    # what bash's completion function runs: the words so far -> the candidates (main() in this process)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("_PERFSIFT_COMPLETE", "complete_bash")
+        mp.setenv("COMP_WORDS", "perfsift wor")
+        mp.setenv("COMP_CWORD", "1")
+        r = perfsift_here()
+        assert r.stdout.split() == ["worker"], (r.stdout, r.stderr)
+        mp.setenv("COMP_WORDS", "perfsift validate --sch")
+        mp.setenv("COMP_CWORD", "2")
+        r = perfsift_here()
+        assert r.stdout.split() == ["--schema"], (r.stdout, r.stderr)
     home = tmp_path / "home"
     home.mkdir()
-    r = subprocess.run(
-        [*MAIN, "--install-completion", "bash"],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "HOME": str(home)},
-        timeout=60,
-    )
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("HOME", str(home))
+        r = perfsift_here("--install-completion", "bash")
     assert r.returncode == 0, r.stderr
     assert "perfsift" in (home / ".bashrc").read_text()
 
@@ -109,5 +108,5 @@ def test_validate_prints_the_committed_schema() -> None:
     r = perfsift("validate", "--schema")
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout) == json.loads((ROOT / "docs" / "pipeline.schema.json").read_text())
-    r = perfsift("validate")
+    r = perfsift_here("validate")
     assert r.returncode == 2 and "validate needs a PIPELINE file (or --schema)" in r.stderr

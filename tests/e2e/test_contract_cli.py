@@ -9,7 +9,7 @@ import orjson
 import pytest
 from perfsift.producers.synth import master_worker
 
-from tests.e2e.cli import perfsift
+from tests.e2e.cli import perfsift, perfsift_here
 
 pytestmark = pytest.mark.e2e
 
@@ -37,7 +37,9 @@ def test_derive_check_plot_and_forecast(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     assert [s["name"] for s in json.loads(contract.read_text())["spaces"]] == ["intrinsic", "execution"]
     out, png = tmp_path / "check.jsonl", tmp_path / "v.png"
-    r = perfsift("contract", "check", str(run), "--contract", str(contract), "--json", str(out), "--plot", str(png))
+    r = perfsift_here(
+        "contract", "check", str(run), "--contract", str(contract), "--json", str(out), "--plot", str(png)
+    )
     assert r.returncode == 0, r.stderr
     lines = [json.loads(x) for x in out.read_text().splitlines()]
     assert len(lines) == 12 * 300
@@ -55,7 +57,7 @@ def test_capabilities_from_the_baseline_and_from_forecasts(tmp_path: Path) -> No
     base = write(tmp_path / "base.jsonl", master_worker(seed=1)[0])
     run = write(tmp_path / "run.jsonl", master_worker(seed=2, load_node=3, load_start=100, load_end=200)[0])
     contract = tmp_path / "c.json"
-    r = perfsift(
+    r = perfsift_here(
         "contract",
         "derive",
         str(base),
@@ -69,7 +71,7 @@ def test_capabilities_from_the_baseline_and_from_forecasts(tmp_path: Path) -> No
     assert r.returncode == 0, r.stderr
     assert json.loads(contract.read_text())["capabilities"]["n03"]["cpu"] == pytest.approx(1.0, abs=0.01)
     out = tmp_path / "v.jsonl"
-    r = perfsift(
+    r = perfsift_here(
         "contract", "check", str(run), "-c", str(contract), "--capability-forecast", "cpu=cpu_avail", "--json", str(out)
     )
     assert r.returncode == 0, r.stderr
@@ -83,7 +85,7 @@ def test_bad_inputs_are_named(tmp_path: Path) -> None:
     base = write(tmp_path / "base.jsonl", master_worker(seed=1, duration=20)[0])
     rb = tmp_path / "rb.txt"
     rb.write_text("var d(0, 2) { set trapez LOW (0, .5, 0); }\n")
-    r = perfsift(
+    r = perfsift_here(
         "contract",
         "derive",
         str(base),
@@ -95,13 +97,13 @@ def test_bad_inputs_are_named(tmp_path: Path) -> None:
         str(tmp_path / "c.json"),
     )
     assert r.returncode == 2 and "rb.txt:1:" in r.stderr and "expected ','" in r.stderr
-    r = perfsift("contract", "derive", str(base), "-s", "x=nosuchmetric", "-o", str(tmp_path / "c.json"))
+    r = perfsift_here("contract", "derive", str(base), "-s", "x=nosuchmetric", "-o", str(tmp_path / "c.json"))
     assert r.returncode == 2 and "no baseline sample has every dimension" in r.stderr
-    r = perfsift("contract", "derive", str(base), "-s", "novalue", "-o", str(tmp_path / "c.json"))
+    r = perfsift_here("contract", "derive", str(base), "-s", "novalue", "-o", str(tmp_path / "c.json"))
     assert r.returncode == 2 and "use NAME=DIM" in r.stderr
     bad = tmp_path / "bad.json"
     bad.write_text('{"spaces": []}')
-    r = perfsift("contract", "check", str(base), "--contract", str(bad))
+    r = perfsift_here("contract", "check", str(base), "--contract", str(bad))
     assert r.returncode == 2 and "non-empty 'spaces'" in r.stderr
-    r = perfsift("forecast", str(base), "--metric", "nope")
+    r = perfsift_here("forecast", str(base), "--metric", "nope")
     assert r.returncode == 2 and "no metric ['nope']" in r.stderr

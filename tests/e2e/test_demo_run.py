@@ -1,16 +1,16 @@
 """``perfsift run`` with no flags (the bundled demo, streamed through the embedded broker) tells the
-truth about the demo (#32): it keeps only the planted metrics and names the bursty writers."""
+truth about the demo (#32): it keeps only the planted metrics and names the bursty writers. It reads
+the session's run (tests/e2e/conftest.py: its summary and its report in the default folder)."""
 
 from __future__ import annotations
 
 import json
 import re
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
-from tests.e2e.cli import perfsift
+from tests.e2e.conftest import DemoRun
 
 pytestmark = pytest.mark.e2e
 
@@ -18,10 +18,8 @@ TRUTH = {"bwrite", "pkts_in", "pkts_out"}  # the metrics in which the demo's nod
 WRITERS = {"n00", "n04", "n08", "n12"}  # bwrite bursts in 15 % of their samples, 2 % on the others
 
 
-def test_the_streamed_demo_keeps_the_planted_metrics_and_names_the_bursty_writers(tmp_path: Path) -> None:
-    summary = tmp_path / "summary.json"
-    report = tmp_path / "report"
-    r = perfsift("run", "--threads", "--summary-json", str(summary), "--report", str(report), timeout=400)
+def test_the_streamed_demo_keeps_the_planted_metrics_and_names_the_bursty_writers(demo_run: DemoRun) -> None:
+    r, report = demo_run, demo_run.report
     assert r.returncode == 0, r.stderr[-3000:]
     recs = [json.loads(line) for line in (report / "selection.jsonl").read_text().splitlines()]
     pursuit = [rec for rec in recs if rec["kind"] == "pursuit"]
@@ -36,7 +34,7 @@ def test_the_streamed_demo_keeps_the_planted_metrics_and_names_the_bursty_writer
     others = sum(c for n, c in named.items() if n not in WRITERS)
     assert writers >= 6 and writers >= 5 * others, named
     # the closing line says the same: what the reduced stream keeps and who stood apart
-    job = json.loads(summary.read_text())["jobs"]["demo"]
+    job = r.summary["jobs"]["demo"]
     assert job["kept"] and set(job["kept"]) <= TRUTH, job["kept"]
     assert job["nodes_apart"] == dict(named) and job["nodes_seen"] == job["fewest_nodes"] == 16
     line = " ".join(r.stdout.split())  # the console wraps long lines

@@ -8,7 +8,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from tests.e2e.cli import perfsift
+from tests.e2e.cli import perfsift, perfsift_here
 from tests.planted import NODE, planted_trace
 
 pytestmark = pytest.mark.e2e
@@ -19,7 +19,7 @@ def analysis(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tmp = tmp_path_factory.mktemp("explain")
     trace = tmp / "planted.jsonl"
     trace.write_bytes(b"".join(orjson.dumps(s) + b"\n" for s in planted_trace()))
-    r = perfsift("analyze", str(trace), "--out", str(tmp / "out"))
+    r = perfsift_here("analyze", str(trace), "--out", str(tmp / "out"))  # as a subprocess: test_report.py
     assert r.returncode == 0, r.stderr[-3000:]
     return tmp / "out"
 
@@ -37,17 +37,17 @@ def test_explain_names_the_planted_node_and_only_it(analysis: Path) -> None:
 
 
 def test_explain_narrows_to_a_period_and_a_node(analysis: Path) -> None:
-    planted = perfsift("explain", str(analysis), "--period", "250", "--node", NODE)
+    planted = perfsift_here("explain", str(analysis), "--period", "250", "--node", NODE)
     assert planted.returncode == 0, planted.stderr[-3000:]
     assert f"{NODE} stood apart in 1 period" in planted.stdout
     assert len(re.findall(r"^cactus \+\d+ s\.\.", planted.stdout, flags=re.M)) == 1  # one period's selection
-    calm = perfsift("explain", str(analysis), "--period", "500", "--node", NODE)
+    calm = perfsift_here("explain", str(analysis), "--period", "500", "--node", NODE)
     assert calm.returncode == 0 and f"no node {NODE} stood apart" in calm.stdout
-    other = perfsift("explain", str(analysis), "--node", "n00")
+    other = perfsift_here("explain", str(analysis), "--node", "n00")
     assert "no node n00 stood apart" in other.stdout
 
 
 def test_explain_refuses_a_folder_without_outputs(tmp_path: Path) -> None:
-    r = perfsift("explain", str(tmp_path))
+    r = perfsift_here("explain", str(tmp_path))
     assert r.returncode != 0
     assert "no selection, reduced, contract" in r.stderr + r.stdout

@@ -8,14 +8,14 @@ from pathlib import Path
 import orjson
 import pytest
 
-from tests.e2e.cli import perfsift
+from tests.e2e.cli import perfsift, perfsift_here
 
 pytestmark = pytest.mark.e2e
 
 
 def test_predict_flags_the_slowed_node_and_balance_reports_both_strategies(tmp_path: Path) -> None:
     trace = tmp_path / "sor.jsonl"
-    r = perfsift("synth", "--scenario", "sor", "--nodes", "4", "--duration", "200", "--slowdown", "2:100:150:1.6",
+    r = perfsift_here("synth", "--scenario", "sor", "--nodes", "4", "--duration", "200", "--slowdown", "2:100:150:1.6",
                  "-o", str(trace))  # fmt: skip
     assert r.returncode == 0, r.stderr
     assert json.loads((tmp_path / "sor.truth.json").read_text())["slowed"][120] is True
@@ -44,12 +44,12 @@ def test_bad_model_and_missing_metrics_are_reported(tmp_path: Path) -> None:
     model.write_text("parameters:\n  x: {metric: cpu}\ncomponents:\n  t: 1 / x\noutputs: [t]\n")
     trace = tmp_path / "t.jsonl"
     trace.write_text('{"ts": 1, "node": "a", "metrics": {"mem": 1.0}}\n')
-    r = perfsift("predict", str(model), "--trace", str(trace))
+    r = perfsift_here("predict", str(model), "--trace", str(trace))
     assert r.returncode != 0 and "m.yaml:4" in r.stderr and "can be zero" in r.stderr
     model.write_text("parameters:\n  x: {metric: cpu, min: 0.1}\ncomponents:\n  t: 1 / x\noutputs: [t]\n")
-    r = perfsift("predict", str(model), "--trace", str(trace))
+    r = perfsift_here("predict", str(model), "--trace", str(trace))
     assert r.returncode != 0 and "needs metric" in r.stderr and "cpu" in r.stderr
-    r = perfsift("predict", "nosuchmodel", "--trace", str(trace))
+    r = perfsift_here("predict", "nosuchmodel", "--trace", str(trace))
     assert r.returncode != 0 and "sor.yaml" in r.stderr
-    r = perfsift("balance", str(model))
+    r = perfsift_here("balance", str(model))
     assert r.returncode != 0 and "no balance" in r.stderr

@@ -10,7 +10,7 @@ import orjson
 import pytest
 from perfsift.producers.synth import spmd
 
-from tests.e2e.cli import perfsift
+from tests.e2e.cli import perfsift, perfsift_here
 
 pytestmark = pytest.mark.e2e
 
@@ -38,7 +38,7 @@ def test_pursuit_writes_records_a_timeline_and_the_selection_plot(tmp_path: Path
 def test_pursuit_refuses_bad_options_with_a_message(tmp_path: Path) -> None:
     trace = tmp_path / "t.jsonl"
     trace.write_text('{"ts": 1, "node": "a", "metrics": {"x": 1}}\n')
-    r = perfsift("pursuit", str(trace), "--dims", "5")
+    r = perfsift_here("pursuit", str(trace), "--dims", "5")
     assert r.returncode != 0 and "dims must be 1, 2 or 3" in r.stderr + r.stdout
-    r = perfsift("pursuit", str(trace), "--rows", "cells")
+    r = perfsift_here("pursuit", str(trace), "--rows", "cells")
     assert r.returncode != 0 and "row_mode" in r.stderr + r.stdout

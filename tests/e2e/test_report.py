@@ -16,7 +16,7 @@ from perfsift.analysis.report import SECTIONS
 from perfsift.producers.synth import spmd
 from perfsift.producers.traces import write_samples
 
-from tests.e2e.cli import perfsift
+from tests.e2e.cli import perfsift, perfsift_here
 from tests.e2e.conftest import DemoRun
 from tests.planted import NODE, planted_trace
 
@@ -77,15 +77,19 @@ def full_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     write_samples(spmd("cactus", nodes=12, duration=200, seed=7, burst_rate=0.0)[0], base)
     write_samples(planted_trace(duration=400), trace)
     contract = tmp / "contract.json"
-    r = perfsift("contract", "derive", str(base), "-s", "disk=disk_lwrite,disk_pwrite", "-s", "cpu=cpu_user,cpu_kern",
-                 "-o", str(contract))  # fmt: skip
+    # analyze and report as subprocesses, the rest through main() in this process (each is a
+    # subprocess in its own test file)
+    r = perfsift_here("contract", "derive", str(base), "-s", "disk=disk_lwrite,disk_pwrite", "-s",
+                      "cpu=cpu_user,cpu_kern", "-o", str(contract))  # fmt: skip
     assert r.returncode == 0, r.stderr[-2000:]
     out = tmp / "out"
     r = perfsift("analyze", str(trace), "--out", str(out), "--contract", str(contract), "--perf-metric", "cpu_idle")
     assert r.returncode == 0, r.stderr[-2000:]
     sor = tmp / "sor.jsonl"
-    assert perfsift("synth", "--scenario", "sor", "--nodes", "4", "--duration", "60", "-o", str(sor)).returncode == 0
-    r = perfsift("predict", "sor", "--trace", str(sor), "--json", str(out / "prediction.jsonl"))
+    assert (
+        perfsift_here("synth", "--scenario", "sor", "--nodes", "4", "--duration", "60", "-o", str(sor)).returncode == 0
+    )
+    r = perfsift_here("predict", "sor", "--trace", str(sor), "--json", str(out / "prediction.jsonl"))
     assert r.returncode == 0, r.stderr[-2000:]
     r = perfsift("report", str(out))
     assert r.returncode == 0, r.stderr[-2000:]
@@ -117,8 +121,8 @@ def test_analyze_then_report_renders_every_plot_in_chromium(tmp_path: Path, chro
     trace = tmp_path / "t.sddfb"
     write_samples(samples, trace)
     out = tmp_path / "analysis"
-    assert perfsift("analyze", str(trace), "--out", str(out)).returncode == 0
-    r = perfsift("report", str(out))
+    assert perfsift_here("analyze", str(trace), "--out", str(out)).returncode == 0  # subprocesses: full_folder
+    r = perfsift_here("report", str(out))
     assert r.returncode == 0, r.stderr[-2000:]
     console: list[str] = []
     dom, shot = render(chromium, out / "report.html", console)

@@ -10,7 +10,7 @@ import orjson
 import pytest
 from perfsift.producers.synth import gridftp
 
-from tests.e2e.cli import perfsift
+from tests.e2e.cli import perfsift, perfsift_here
 
 pytestmark = pytest.mark.e2e
 
@@ -67,9 +67,9 @@ def test_select_metrics_with_verification_rand_main_and_sweep(tmp_path: Path) ->
 
 def test_select_metrics_errors(tmp_path: Path) -> None:
     train = write(tmp_path / "train.jsonl", 1)
-    r = perfsift("select-metrics", str(train), "--perf-metric", "nope")
+    r = perfsift_here("select-metrics", str(train), "--perf-metric", "nope")
     assert r.returncode == 2 and "no performance metric 'nope'" in r.stderr
-    r = perfsift("select-metrics", str(train), "-p", "transfer_rate", "--verify", str(train), "--main", "x/y")
+    r = perfsift_here("select-metrics", str(train), "-p", "transfer_rate", "--verify", str(train), "--main", "x/y")
     assert r.returncode == 2 and "--main names unknown features ['x/y']" in r.stderr
 
 
@@ -86,11 +86,13 @@ def test_select_metrics_warns_when_the_selection_is_not_better_than_chance(tmp_p
         paths[-1].write_bytes(b"".join(orjson.dumps(s) + b"\n" for s in samples))
     out = tmp_path / "sel.json"
     args = ("select-metrics", str(paths[0]), "-p", "transfer_rate", "--f-out", "1", "--json", str(out))
-    r = perfsift(*args, "--verify", str(paths[1]))
+    r = perfsift_here(*args, "--verify", str(paths[1]))
     assert r.returncode == 0, r.stderr
     res = json.loads(out.read_text())
     assert res["selected"] and res["rand"][0]["subsets"] == 50 and res["rand"][0]["p_value"] > 0.05
     assert "warning: the selection is not better than chance" in r.stdout
-    good = perfsift("select-metrics", str(write(tmp_path / "t.jsonl", 1)), "-p", "transfer_rate", "--f-out", "6.63")
+    good = perfsift_here(
+        "select-metrics", str(write(tmp_path / "t.jsonl", 1)), "-p", "transfer_rate", "--f-out", "6.63"
+    )
     assert good.returncode == 0 and "not better than chance" not in good.stdout
     assert "RAND on t.jsonl (training trace: no --verify given)" in good.stdout

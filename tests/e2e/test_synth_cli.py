@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from perfsift.producers.traces import detect_format, iter_samples
 
-from tests.e2e.cli import perfsift
+from tests.e2e.cli import perfsift, perfsift_here
 
 pytestmark = pytest.mark.e2e
 
@@ -41,7 +41,7 @@ def test_synth_writes_a_trace_and_its_truth(
 
 
 def test_synth_errors_are_clear(tmp_path: Path) -> None:
-    r = perfsift("synth", "--scenario", "lu", "--out", str(tmp_path / "x.csv"))
+    r = perfsift_here("synth", "--scenario", "lu", "--out", str(tmp_path / "x.csv"))
     assert r.returncode != 0 and "unknown" in r.stdout + r.stderr
-    r = perfsift("synth", "--scenario", "cactus", "--out", str(tmp_path / "x.parquet"))
+    r = perfsift_here("synth", "--scenario", "cactus", "--out", str(tmp_path / "x.parquet"))
     assert r.returncode != 0 and "cannot tell the format" in r.stdout + r.stderr

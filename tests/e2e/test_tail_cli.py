@@ -19,7 +19,7 @@ from perfsift.schemas import AvroCodec
 from perfsift.streams.clients import ensure_topics
 from typer.testing import CliRunner
 
-from tests.e2e.cli import perfsift
+from tests.e2e.cli import perfsift, perfsift_here
 
 pytestmark = pytest.mark.e2e
 
@@ -58,14 +58,19 @@ def topic(broker) -> str:  # type: ignore[no-untyped-def]
     return name
 
 
-def tail(broker, *args: str) -> list[str]:  # type: ignore[no-untyped-def]
-    r = perfsift("tail", *args, "-b", broker.bootstrap, timeout=60)
+def tail(broker, *args: str, subprocess: bool = False) -> list[str]:  # type: ignore[no-untyped-def]
+    """``perfsift tail ARGS`` and its lines: through main() in this process, or as a subprocess."""
+    call = ["tail", *args, "-b", broker.bootstrap]
+    r = perfsift(*call, timeout=60) if subprocess else perfsift_here(*call)
     assert r.returncode == 0, r.stderr[-2000:]
     return r.stdout.splitlines()
 
 
 def test_from_the_beginning_every_encoding_is_decoded(broker, topic: str) -> None:  # type: ignore[no-untyped-def]
-    lines = tail(broker, topic, "-f", "%p\t%o\t%k\t%E\t%s\\n", "-n", str(N_JSON + N_AVRO + 2), "--idle", "10")
+    # as a user runs it (the other tests here call the same main() in this process)
+    lines = tail(
+        broker, topic, "-f", "%p\t%o\t%k\t%E\t%s\\n", "-n", str(N_JSON + N_AVRO + 2), "--idle", "10", subprocess=True
+    )
     rows = sorted(tuple(line.split("\t")) for line in lines)
     assert len(rows) == N_JSON + N_AVRO + 2
     json_rows = [r for r in rows if r[0] == "0"]
@@ -116,9 +121,9 @@ def test_group_mode_and_exit_at_end(broker, topic: str) -> None:  # type: ignore
 
 
 def test_bad_offset_and_partition_are_usage_errors(broker, topic: str) -> None:  # type: ignore[no-untyped-def]
-    r = perfsift("tail", topic, "-b", broker.bootstrap, "-o", "yesterday")
+    r = perfsift_here("tail", topic, "-b", broker.bootstrap, "-o", "yesterday")
     assert r.returncode == 2 and "offset 'yesterday'" in r.stderr
-    r = perfsift("tail", topic, "-b", broker.bootstrap, "-p", "7", "--idle", "1")
+    r = perfsift_here("tail", topic, "-b", broker.bootstrap, "-p", "7", "--idle", "1")
     assert r.returncode == 2 and "not [7]" in r.stderr
 
 

@@ -16,7 +16,7 @@ from perfsift.streams.clients import create_pipeline_topics
 from perfsift.streams.config import default_pipeline_path, load_pipeline, with_overrides
 
 from tests.conftest import read_topic
-from tests.e2e.cli import perfsift
+from tests.e2e.cli import perfsift, perfsift_here
 
 
 def pipeline_file(
@@ -87,7 +87,7 @@ def test_streaming_run_conserves_samples_and_matches_analyze(kafka: dict, prefix
     assert sum(picks[m] for m in apart) >= 0.9 * sum(picks.values()), picks
 
     out = tmp_path / "analysis"
-    a = perfsift("analyze", str(trace), "--config", str(config), "--out", str(out))
+    a = perfsift_here("analyze", str(trace), "--config", str(config), "--out", str(out))
     assert a.returncode == 0, a.stderr[-3000:]
     offline = {
         (x["job"], x["node"], x["seq"]): x for x in map(json.loads, (out / "reduced.jsonl").read_text().splitlines())
