@@ -75,6 +75,14 @@ def metric_pvalues(v: np.ndarray) -> np.ndarray:
     return np.minimum(len(horizons) * TESTS * p, 1.0)
 
 
+def warm_up() -> None:
+    """Import what the rank tests use (scipy.special; scipy.stats's ``rankdata`` above 48 nodes)
+    now: a stage calls this as it starts (``ProjectionPursuit.warm_up``), so its first period does
+    not pay the imports (about 0.5-0.9 CPU-s), which every other perfsift process skips."""
+    import scipy.special
+    import scipy.stats  # noqa: F401
+
+
 def _ranks(v: np.ndarray) -> np.ndarray:
     """Average ranks (1..P, ties share their mean rank) along axis 0; by comparison counts for a
     few dozen nodes (no sort: faster there), else scipy's ``rankdata``.

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 from perfsift.operators.base import Decider
 from perfsift.operators.batch import Batch
-from perfsift.operators.pursuit import _pp_kernel
+from perfsift.operators.pursuit import _pp_kernel, evidence
 from perfsift.operators.pursuit import projection as pp
 from perfsift.operators.pursuit.deviants import name_nodes, node_deviants
 from perfsift.operators.pursuit.evidence import holm, metric_pvalues, significant
@@ -167,6 +167,7 @@ class ProjectionPursuit(Decider):
         x = np.random.default_rng(0).normal(size=(24, len(names)))
         projection_pursuit(x, names, restarts=1, trim=self.trim, cumulants=self.cumulants, optimizer=self.optimizer)
         _pp_kernel.warm_up()  # the restarts of large jobs go to a thread pool: that path too
+        evidence.warm_up()  # scipy, imported where used: here as the stage starts, not in its first period
         name_nodes(np.stack([x] * 4), np.tile(np.arange(24.0), (4, 1)), list("abcd"), names, 6.0, 24.0)
 
     def reset(self) -> None:

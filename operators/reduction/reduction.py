@@ -226,6 +226,9 @@ class DataReduction(Decider):
         self.lags = lags
         self.smooth = smooth
 
+    def warm_up(self) -> None:
+        import scipy.linalg  # noqa: F401  # the refits' eigh, imported where used: here as the stage starts
+
     def reset(self) -> None:
         if self.window % self.blocks:
             raise ValueError(f"blocks ({self.blocks}) must divide window ({self.window})")
