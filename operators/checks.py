@@ -117,7 +117,8 @@ def _content(data: Batch) -> str:
         data.seq,
         *(data.extra[k] for k in sorted(data.extra)),
     ):
-        h.update(np.ascontiguousarray(col).tobytes())
+        a = np.asarray(col)  # an object column's bytes would be its pointers: its values' repr instead
+        h.update(repr(a.tolist()).encode() if a.dtype == object else np.ascontiguousarray(a).tobytes())
     return h.hexdigest()
 
 
