@@ -90,10 +90,10 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
 
 
 #: About how many seconds the longest test files take on two loaded cores (issue #29's measures:
-#: the cluster files, each with a cluster of its own, 3-4 min; the conformance checks 350 s with -n 0
-#: at load 5, most of it data_reduction's and predict's streams; the chaos, scaling and e2e runs 25-48 s a test; faust's
-#: 47 s since its app's short session timeout; the e2e files' numbers are their tests' count times
-#: that). ``--dist loadfile`` hands whole files to the workers in collection order
+#: the cluster files, each with a cluster of its own, 3-4 min; the conformance checks 350 s with
+#: -n 0 at load 5, most of it data_reduction's and predict's streams; the chaos, scaling and e2e
+#: runs 25-48 s a test; faust's 47 s since its app's short session timeout; the e2e files' numbers
+#: are their tests' count times that). ``--dist loadfile`` hands whole files to the workers in collection order
 #: (``--no-loadscope-reorder`` in pyproject.toml; xdist's own order puts the files with the most
 #: tests first, which left these single long tests to the end), so these go first, longest first:
 #: the two three-node cluster files start on two workers at once and the conformance file on a
