@@ -5,10 +5,9 @@ Kafka's jars come from Maven Central only: ``mvn dependency:copy-dependencies`` 
 ``tests/kafka-cluster.pom.xml`` into ``~/.cache/perfsift/kafka-<version>/`` (``.ci/run`` does it
 before the suite; the fixture does it on first use). Each node runs in its own JVM with a small heap;
 topics default to replication factor 3 and ``min.insync.replicas`` 2, as a production cluster would.
-The cluster starts once per test session, only when a marked test asks for it, and stops at the end
-of the session (the tests that use it live in one file, so under ``--dist loadfile`` one worker runs
-them all). Without Java or Maven the tests skip with one line, except with ``CI=true``, where that is
-a failure.
+Each test file that uses it (under ``--dist loadfile`` one worker runs a whole file) starts a cluster
+of its own with its first marked test and kills it after its last. Without Java or Maven the tests
+skip with one line, except with ``CI=true``, where that is a failure.
 """
 
 from __future__ import annotations
@@ -255,9 +254,11 @@ def missing_tools() -> str | None:
     return None
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def kafka_cluster() -> Iterator[KafkaCluster]:
-    """The session's three-node Apache Kafka cluster (see the module docstring)."""
+    """A three-node Apache Kafka cluster for one test file (see the module docstring), killed when
+    the file's last test is done: with ``--dist loadfile`` the worker goes on to other files, and a
+    session-long cluster's six idle JVMs (two files) burnt about 100 CPU-s of the suite's two cores."""
     reason = missing_tools()
     if reason is not None:
         if os.environ.get("CI") == "true":

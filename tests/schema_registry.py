@@ -5,9 +5,8 @@ Apicurio publishes its app as a Quarkus application jar, not a runnable one, so 
 Quarkus build of it from Maven Central: ``mvn package`` on ``tests/schema-registry/pom.xml`` into
 ``~/.cache/perfsift/apicurio-registry-<version>/`` (``.ci/run`` does it before the suite; the
 fixture does it on first use). Why that version and what the build works around: the pom's comment.
-The registry starts once per test session, only when a marked test asks for it, and stops at the end
-of the session. Without Java or Maven the tests skip with one line, except with ``CI=true``, where
-that is a failure.
+The registry starts with the first marked test of a file and stops after the file's last. Without
+Java or Maven the tests skip with one line, except with ``CI=true``, where that is a failure.
 """
 
 from __future__ import annotations
@@ -125,9 +124,10 @@ def missing_tools() -> str | None:
     return None
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def schema_registry() -> Iterator[Registry]:
-    """The session's Apicurio Registry (see the module docstring)."""
+    """An Apicurio Registry for one test file (see the module docstring), stopped after its last
+    test rather than idling, a JVM, through the rest of the worker's session."""
     reason = missing_tools()
     if reason is not None:
         if os.environ.get("CI") == "true":
