@@ -60,17 +60,26 @@ def pytest_configure(config: pytest.Config) -> None:
     worker (and every CLI subprocess a test starts before the cache is written) compiles the same
     kernels at once, ~30 s each on a loaded 2-core machine. On a fresh clone the compilation is
     minutes of one core, so two processes share it (:data:`WARM_GROUPS`), and with xdist workers
-    (a whole run, not ``-n 0`` on a few files) mypy fills its own cache beside the longer group;
+    (a whole run, not ``-n 0`` on a few files) mypy fills its own cache beside the longer group
+    while that compiles;
     then the controller warms everything itself, which loads from the cache and compiles whatever
     the groups missed."""
     if hasattr(config, "workerinput"):  # an xdist worker: the controller did it
         return
     longer, shorter = (subprocess.Popen([sys.executable, "-c", code]) for code in WARM_GROUPS)
     shorter.wait()
-    # mypy's cache in the core the shorter group leaves idle (77 CPU-s cold, 1 warm): test_mypy
-    # then checks only the modules changed since (all of them, as ever, when none is cached)
+    # mypy's cache in the core the shorter group leaves idle (77 CPU-s cold, 1 warm), when the
+    # longer group is still compiling: test_mypy then checks only the modules changed since. With
+    # the kernels in numba's cache (any clone of this code compiled them: operators/_numba.py) both
+    # groups only load and are done in seconds, and mypy, there alone, would leave a core idle for
+    # a minute: then test_mypy fills the cache on a worker, beside the other tests
     workers = config.getoption("numprocesses", None)
-    mypy = workers and subprocess.Popen([sys.executable, "-m", "tests.typecheck"], cwd=config.rootpath, **_QUIET)
+    compiling = longer.poll() is None
+    mypy = (
+        workers
+        and compiling
+        and subprocess.Popen([sys.executable, "-m", "tests.typecheck"], cwd=config.rootpath, **_QUIET)
+    )
     longer.wait()
     if mypy:
         mypy.wait()
