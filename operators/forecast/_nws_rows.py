@@ -97,9 +97,16 @@ def _trimmed_general(vals: np.ndarray, m: np.ndarray) -> np.ndarray:
 
 def window_sums(each: np.ndarray, s: np.ndarray, k: np.ndarray, weff: np.ndarray) -> np.ndarray:
     """Per row, the sum of the last ``weff`` scores' errors of every primary, newest first (the
-    compiled kernel adds in the same order)."""
-    total = np.zeros((len(s), each.shape[2]))
-    for j in range(int(weff.max(initial=0))):
-        on = j < weff
-        total[on] += each[s[on], (k[on] - j) % RING]
-    return total
+    compiled kernel adds in the same order).
+
+    One gather of every row's last ``max(weff)`` errors (zeros past a row's own ``weff``: adding
+    +0.0 changes no sum of errors >= 0), then a running sum along them: ``cumsum`` adds one by one,
+    newest first, so its last column is the loop's sum bit for bit.
+    """
+    width = int(weff.max(initial=0))
+    if width == 0:
+        return np.zeros((len(s), each.shape[2]))
+    j = np.arange(width)
+    errs = each[s[:, None], (k[:, None] - j[None, :]) % RING]
+    errs[j[None, :] >= weff[:, None]] = 0.0
+    return np.cumsum(errs, axis=1)[:, -1]

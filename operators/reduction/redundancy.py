@@ -296,9 +296,11 @@ def cluster_features(
 
     groups: list[list[int]] = []
     if linkage == "component":
-        labels = _components(d, edges)
-        for lab in sorted(set(labels[live].tolist())):
-            groups.append([i for i in range(d) if live[i] and labels[i] == lab])
+        by_label: dict[int, list[int]] = {}  # label -> its live features, in index order
+        for i, (lab, on) in enumerate(zip(_components(d, edges).tolist(), live.tolist(), strict=True)):
+            if on:
+                by_label.setdefault(lab, []).append(i)
+        groups.extend(by_label[lab] for lab in sorted(by_label))
     elif linkage == "star":
         todo = sorted((i for i in range(d) if live[i]), key=lambda i: (-score[i], i))
         while todo:

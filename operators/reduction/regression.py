@@ -70,13 +70,14 @@ def _drop_collinear(z: np.ndarray, tol: float = 1e-10) -> list[int]:
     corr = z.T @ z / n
     p = corr.shape[0]
     keep: list[int] = []
-    w = np.zeros((0, p))
+    rows = np.zeros((p, p))  # w is rows[:len(keep)]: filled in place, not re-stacked per column
     for j in range(p):
+        w = rows[: len(keep)]
         v = w[:, j]
         resid = corr[j, j] - v @ v
         if resid >= tol:
+            rows[len(keep)] = (corr[j] - v @ w) / np.sqrt(resid)
             keep.append(j)
-            w = np.vstack([w, (corr[j] - v @ w) / np.sqrt(resid)])
     return keep
 
 
@@ -129,18 +130,20 @@ def backward_elimination(
     while active:
         df = n - len(active) - 1
         s2 = sse / df if df > 0 else np.inf
-        f = b**2 / (s2 * np.diag(g)) if s2 > 0 else np.full(len(active), np.inf)
+        f = b**2 / (s2 * g.diagonal()) if s2 > 0 else np.full(len(active), np.inf)
         k = int(np.argmin(f))  # ties -> lowest index
         if f[k] >= f_out:
             break
         history.append((terms[active[k]], float(f[k])))
         gk = g[:, k].copy()
         sse += b[k] ** 2 / g[k, k]
-        b = np.delete(b - gk * b[k] / g[k, k], k)
-        g = np.delete(np.delete(g - np.outer(gk, gk) / g[k, k], k, 0), k, 1)
+        rest = np.arange(len(active) - 1)  # every index but k, in order (one gather, no np.delete)
+        rest[k:] += 1
+        b = (b - gk * b[k] / g[k, k])[rest]
+        g = (g - gk[:, None] * gk[None, :] / g[k, k])[rest[:, None], rest]
         del active[k]
         removals += 1
-        if active and (removals % 20 == 0 or (np.diag(g) <= 0).any()):
+        if active and (removals % 20 == 0 or (g.diagonal() <= 0).any()):
             g, b, sse = fit(active)
     sel = [terms[i] for i in active]
     coef = b / sd[active]

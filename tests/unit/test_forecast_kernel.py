@@ -8,6 +8,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from perfsift.operators import Batch
+from perfsift.operators.forecast._nws_constants import RING
+from perfsift.operators.forecast._nws_rows import window_sums
 from perfsift.operators.forecast.forecast import ForecastBank
 
 
@@ -194,3 +196,19 @@ def test_small_calls_on_one_thread_forecast_as_on_numba_threads(monkeypatch: Any
         np.testing.assert_array_equal(a.values, b.values)
         np.testing.assert_array_equal(a.extra["sigma"], b.extra["sigma"])
         np.testing.assert_array_equal(a.extra["method"], b.extra["method"])
+
+
+def test_window_sums_add_each_rows_last_errors_newest_first() -> None:
+    """The numpy engine's direct window sums (taken after 1e9 jumps, where the kernel-vs-reference
+    streams above never go): row i sums the last weff[i] errors of series s[i] in the ring, newest
+    first, added one by one - the order the compiled kernel uses - bit for bit."""
+    rng = np.random.default_rng(5)
+    each = rng.normal(0, 1, (6, RING, 4)) ** 2 * 10.0 ** rng.integers(-6, 19, (6, RING, 4))
+    s, k = np.array([4, 0, 2, 5]), np.array([7, 250, 100, 3])
+    weff = np.array([0, 1, 100, 37])
+    got = window_sums(each, s, k, weff)
+    for i in range(len(s)):
+        want = np.zeros(each.shape[2])
+        for j in range(weff[i]):
+            want = want + each[s[i], (k[i] - j) % RING]
+        assert np.array_equal(got[i], want), i

@@ -6,6 +6,7 @@ from the scores' own errors with math.fsum), and give its forecasts to 1e-9."""
 from __future__ import annotations
 
 import math
+from collections import deque
 from typing import Any
 
 import numpy as np
@@ -14,14 +15,35 @@ from hypothesis import strategies as st
 from perfsift.operators import Batch
 from perfsift.operators.forecast.forecast import WINDOWS, ForecastBank
 
+#: errors are held as exact integers in units of the smallest subnormal, 2**-1074: a window's
+#: sum is then a difference of two exact prefix sums, and int / int division rounds correctly
+SCALE_BITS = 1074
+
+
+def exact(v: float) -> int:
+    """``v`` (finite) as an exact integer multiple of 2**-1074."""
+    n, d = v.as_integer_ratio()  # d is a power of two <= 2**1074
+    return n << (SCALE_BITS + 1 - d.bit_length())
+
+
+def correctly_rounded(total: int) -> float:
+    """The float nearest to ``total`` * 2**-1074: what ``math.fsum`` gives for the same sum."""
+    return total / (1 << SCALE_BITS)
+
 
 class DirectBank(ForecastBank):
-    """The slow oracle: the numpy engine with every windowed error summed exactly from a list of
-    each score's errors, nothing taken from running sums."""
+    """The slow oracle: the numpy engine with every windowed error summed exactly from each
+    score's own errors, nothing taken from the engines' running sums. Each window's sum is the
+    correctly rounded exact sum of its errors (the value ``math.fsum`` gives: see
+    test_the_exact_window_sums_are_math_fsum), taken as a difference of exact integer prefix sums
+    so a step costs O(windows), not O(window lengths)."""
 
     def __init__(self, **kw: Any) -> None:
         super().__init__(engine="numpy", **kw)
-        self.scored: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}
+        # per series: its number of scores and the exact prefix sums (se, ae per primary) of its
+        # last max(WINDOWS) + 1 scores, oldest first
+        self.scores: dict[int, int] = {}
+        self.prefix: dict[int, deque[tuple[list[int], list[int]]]] = {}
 
     def _step_quietly(self, s: np.ndarray, x: np.ndarray) -> np.ndarray:
         pend = self.pending_[s].copy()
@@ -31,28 +53,37 @@ class DirectBank(ForecastBank):
             can = ~np.isnan(pend[i])
             if can.any():
                 e = np.where(can, pend[i] - x[i], 0.0)
-                self.scored.setdefault(sid, []).append((e * e, np.abs(e)))
+                hist = self.prefix.setdefault(sid, deque([([0] * len(e), [0] * len(e))], maxlen=max(WINDOWS) + 1))
+                se, ae = hist[-1]
+                hist.append(
+                    (
+                        [a + exact(v) for a, v in zip(se, (e * e).tolist(), strict=True)],
+                        [a + exact(v) for a, v in zip(ae, np.abs(e).tolist(), strict=True)],
+                    )
+                )
+                self.scores[sid] = self.scores.get(sid, 0) + 1
         return super()._step_quietly(s, x)
 
     def _errors(self, s: np.ndarray, k: np.ndarray) -> dict[tuple[str, int], np.ndarray]:
-        """Window 0 (the cumulative mean) as the engines take it; every window w from the list
-        of scores alone (the numpy engine's own windowed errors are not computed: they would be
-        overwritten, and took a third of the oracle's time)."""
+        """Window 0 (the cumulative mean) as the engines take it; every window w from the exact
+        sums of the scores alone (the numpy engine's own windowed errors are not computed: they
+        would be overwritten)."""
         cannot = np.isnan(self.pending_[s])
         with np.errstate(all="ignore"):
             out = {("mse", 0): self.cum_se_[s] / k[:, None], ("mae", 0): self.cum_ae_[s] / k[:, None]}
         n_primary = self.pending_.shape[1]
+        for w in WINDOWS:
+            for kind in ("mse", "mae"):
+                out[(kind, w)] = np.full((len(s), n_primary), np.inf)
         for i, sid in enumerate(s.tolist()):
-            hist = self.scored.get(sid, [])[-max(WINDOWS) :]
-            # per kind, each primary's errors as a list of floats, oldest first (fsum of a list,
-            # not of numpy scalars one by one: the same sums, much faster)
-            cols = [np.array([e[q] for e in hist]).T.tolist() if hist else [] for q in (0, 1)]
+            hist, scores = self.prefix.get(sid), self.scores.get(sid, 0)
+            if not scores or hist is None:
+                continue
             for w in WINDOWS:
-                m = min(w, len(hist))
+                m = min(w, scores)
                 for q, kind in enumerate(("mse", "mae")):
-                    row = out.setdefault((kind, w), np.empty((len(s), n_primary)))[i]
-                    for f in range(n_primary):
-                        row[f] = math.fsum(cols[q][f][-m:]) / m if m else np.inf
+                    now, before = hist[-1][q], hist[-1 - m][q]
+                    out[(kind, w)][i] = [correctly_rounded(a - b) / m for a, b in zip(now, before, strict=True)]
         for err in out.values():
             err[np.isnan(err) | cannot] = np.inf
         return out
@@ -93,3 +124,19 @@ def test_both_engines_choose_as_the_direct_window_bank(seed: int) -> None:
         got = ForecastBank(engine=engine).update(b)
         np.testing.assert_allclose(got.values, ref.values, rtol=1e-9)
         assert (got.extra["method"] == ref.extra["method"]).mean() >= 0.95
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(
+        st.floats(0.0, 1e36, allow_subnormal=True) | st.sampled_from([0.0, 5e-324, 1e18, 1e18 + 2**6]), max_size=120
+    ),
+    st.integers(0, 120),
+)
+def test_the_exact_window_sums_are_math_fsum(errors: list[float], start: int) -> None:
+    """The oracle's window sums (differences of exact prefix sums) are math.fsum's, bit for bit."""
+    prefix = [0]
+    for v in errors:
+        prefix.append(prefix[-1] + exact(v))
+    start = min(start, len(errors))
+    assert correctly_rounded(prefix[-1] - prefix[start]) == math.fsum(errors[start:])
