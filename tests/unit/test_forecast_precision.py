@@ -10,7 +10,7 @@ from collections import deque
 from typing import Any
 
 import numpy as np
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from perfsift.operators import Batch
 from perfsift.operators.forecast.forecast import WINDOWS, ForecastBank
@@ -114,15 +114,20 @@ def test_the_issue_case_one_jump_then_small_noise() -> None:
 
 @settings(max_examples=6, deadline=None)
 @given(seed=st.integers(0, 2**31 - 1))
+@example(seed=342340)  # a forecast of 0.0117 where levels of 2e9 cancelled: 1.1e-8 apart, 1e-6 relative
 def test_both_engines_choose_as_the_direct_window_bank(seed: int) -> None:
-    """Forecasts to 1e-9. Methods may differ only between near-equal primaries (running mean and
-    the mean of 31 before 31 values: equal up to rounding, a tie within TIE = 1e-12 that the
-    running sums' last bits may break either way), so their forecasts are what is compared."""
+    """Forecasts to 1e-9 relative, or to 1e-15 of the series' largest value where levels of 1e9
+    cancel in a forecast (the engines' running sums of values that large keep their last bits:
+    eps·2e9 = 4e-7 is no error in the forecast of a level, but 1e-6 of a mean near 0). Methods
+    may differ only between near-equal primaries (running mean and the mean of 31 before 31
+    values: equal up to rounding, a tie within TIE = 1e-12 that the running sums' last bits may
+    break either way), so their forecasts are what is compared."""
     b = series(seed, 400)
     ref = DirectBank().update(b)
+    scale = float(np.nanmax(np.abs(b.values)))
     for engine in ("compiled", "numpy"):
         got = ForecastBank(engine=engine).update(b)
-        np.testing.assert_allclose(got.values, ref.values, rtol=1e-9)
+        np.testing.assert_allclose(got.values, ref.values, rtol=1e-9, atol=1e-15 * scale)
         assert (got.extra["method"] == ref.extra["method"]).mean() >= 0.95
 
 
