@@ -47,10 +47,13 @@ def make_samples(start: int, n: int, nodes: int = 4) -> list[dict]:
 
 
 def produce(bootstrap: str, topic: str, samples: list[dict]) -> None:
+    """Every sample delivered (a delivery error is a failure here, not a sample the agent lost)."""
     p = Producer({"bootstrap.servers": bootstrap})
+    errors: list[object] = []
     for s in samples:
-        p.produce(topic, orjson.dumps(s), key=s["node"].encode())
+        p.produce(topic, orjson.dumps(s), key=s["node"].encode(), on_delivery=lambda err, _: err and errors.append(err))
     assert p.flush(30) == 0
+    assert errors == []
 
 
 def start_worker(bootstrap: str, app: str, topic_in: str, topic_out: str, log: Path) -> subprocess.Popen:
