@@ -74,7 +74,9 @@ def test_run_replays_a_given_trace_and_counts_bad_lines(tmp_path: Path, mode: st
     lines.insert(10, "{broken")
     trace.write_text("\n".join(lines) + "\n")
     summary = tmp_path / "s.json"
-    r = perfsift("run", "--trace", str(trace), "--summary-json", str(summary), mode, "--no-report", cwd=tmp_path)
+    # the stages as processes in a run of its own; as threads, the run through main() in this process
+    run = perfsift if mode == "--processes" else perfsift_here
+    r = run("run", "--trace", str(trace), "--summary-json", str(summary), mode, "--no-report", cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
     assert not (tmp_path / "perfsift-report").exists()  # --no-report: not even the default folder
     s = json.loads(summary.read_text())

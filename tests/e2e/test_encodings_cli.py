@@ -11,7 +11,7 @@ from perfsift.producers.traces import iter_samples, write_samples
 from perfsift.streams.config import default_pipeline_path, load_pipeline
 from perfsift.streams.presets import with_demo
 
-from tests.e2e.cli import perfsift, perfsift_here
+from tests.e2e.cli import perfsift_here
 
 pytestmark = pytest.mark.e2e
 
@@ -45,9 +45,10 @@ def test_run_in_avro_processes_and_reports_every_sample(tmp_path: Path) -> None:
     trace = tmp_path / "demo400.jsonl"
     t0 = next(iter_samples(demo_trace_path()))["ts"]
     write_samples((x for x in iter_samples(demo_trace_path()) if x["ts"] < t0 + 400), trace)
-    r = perfsift("run", "--set", "encoding=avro", "--threads", "--report", str(tmp_path / "rep"), "-c", str(config),
-                 "--trace", str(trace), "--speed", "40", "--summary-json", str(tmp_path / "s.json"),
-                 cwd=tmp_path)  # fmt: skip
+    # through main() in this process, the stages as threads (the run as a process: test_cli.py)
+    r = perfsift_here("run", "--set", "encoding=avro", "--threads", "--report", str(tmp_path / "rep"), "-c",
+                      str(config), "--trace", str(trace), "--speed", "40", "--summary-json", str(tmp_path / "s.json"),
+                      cwd=tmp_path)  # fmt: skip
     assert r.returncode == 0, r.stderr[-3000:]
     s = json.loads((tmp_path / "s.json").read_text())
     assert s["published"] == 6400 and all(st["dead_letters"] == 0 for st in s["stages"])
