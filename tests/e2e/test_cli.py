@@ -74,7 +74,9 @@ def test_run_replays_a_given_trace_and_counts_bad_lines(tmp_path: Path, mode: st
     lines.insert(10, "{broken")
     trace.write_text("\n".join(lines) + "\n")
     summary = tmp_path / "s.json"
-    r = perfsift("run", "--trace", str(trace), "--summary-json", str(summary), mode, "--no-report", cwd=tmp_path)
+    # the stages as processes in a run of its own; as threads, the run through main() in this process
+    run = perfsift if mode == "--processes" else perfsift_here
+    r = run("run", "--trace", str(trace), "--summary-json", str(summary), mode, "--no-report", cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
     assert not (tmp_path / "perfsift-report").exists()  # --no-report: not even the default folder
     s = json.loads(summary.read_text())
@@ -96,7 +98,8 @@ def test_help_lists_the_commands() -> None:
 def test_bad_pipeline_file_is_named_in_the_error(tmp_path: Path) -> None:
     cfg = tmp_path / "p.yaml"
     cfg.write_text("stages:\n  s:\n    input: perf.raw\n    outputs: [x]\n    operators:\n      - type: nope\n")
-    r = perfsift("worker", "s", "--config", str(cfg), "--bootstrap", "127.0.0.1:1")
+    # through main() here: `perfsift worker` as a process is test_pipeline.py's and test_entrypoint.py's
+    r = perfsift_here("worker", "s", "--config", str(cfg), "--bootstrap", "127.0.0.1:1")
     assert r.returncode == 2
     assert f"{cfg}: stages.s.operators[0]: unknown operator 'nope'" in r.stderr.replace("\n", "")
 
@@ -186,10 +189,11 @@ def test_run_with_a_contract_shows_the_violated_nodes(tmp_path: Path) -> None:
                       "-o", str(contract))  # fmt: skip
     assert r.returncode == 0, r.stderr
     summary = tmp_path / "s.json"
-    # the stages as threads of the run (each in a process of its own: the demo run and the trace
-    # replays above); what is checked is the contract stage's verdicts
-    r = perfsift("run", "--trace", str(run), "--contract", str(contract), "--summary-json", str(summary),
-                 "--no-report", "--threads")  # fmt: skip
+    # the run through main() in this process, its stages as threads (the run as a process of its
+    # own, and its stages in processes of theirs: the demo run and the trace replays above); what
+    # is checked is the contract stage's verdicts
+    r = perfsift_here("run", "--trace", str(run), "--contract", str(contract), "--summary-json", str(summary),
+                      "--no-report", "--threads")  # fmt: skip
     assert r.returncode == 0, r.stderr[-3000:]
     assert "contract violated on 6 of 12 nodes" in r.stdout
     s = json.loads(summary.read_text())

@@ -7,12 +7,11 @@ unfixed method lost to RAND in the quadratic rows."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.e2e.cli import perfsift_here
 
 pytestmark = pytest.mark.e2e
 
@@ -29,16 +28,9 @@ def select(tmp_path: Path, *extra: str) -> dict:
     out = tmp_path / "sel.json"
     args = [str(DATA / "app1_run15.csv"), "-p", "processing_delay_ms", "--interval", "5", "--main", MAIN]
     args += ["-V", str(DATA / "app1_run18.csv"), "-V", str(DATA / "app1_run17.csv"), "--json", str(out), *extra]
-    # one BLAS thread: the refits are small, and several BLAS threads per test worker on a shared
-    # 2-core machine spin against each other (tens of times slower)
-    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
-    r = subprocess.run(
-        [sys.executable, "-m", "perfsift", "select-metrics", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-    )
+    # in this process (one BLAS thread: tests/conftest.py); the command as a subprocess is
+    # test_select_metrics_cli.py's
+    r = perfsift_here("select-metrics", *args)
     assert r.returncode == 0, r.stderr
     return json.loads(out.read_text())
 

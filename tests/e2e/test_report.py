@@ -40,17 +40,18 @@ def chromium() -> str:
 
 
 def render(chromium: str, page: Path, console: list[str] | None = None) -> tuple[str, Path]:
-    """The DOM after load and a screenshot; the page's console messages go to ``console``."""
+    """The DOM after load and a screenshot, from one Chromium; the page's console messages go to
+    ``console``."""
     shot = page.with_suffix(".png")
     with tempfile.TemporaryDirectory() as profile:
         args = [chromium, *FLAGS, f"--user-data-dir={profile}", "--window-size=1200,2000"]
         dom = subprocess.run(
-            [*args, "--enable-logging=stderr", "--v=0", "--dump-dom", page.as_uri()],
+            [*args, "--enable-logging=stderr", "--v=0", "--dump-dom", f"--screenshot={shot}", page.as_uri()],
             capture_output=True,
             text=True,
             timeout=120,
+            check=True,
         )
-        subprocess.run([*args, f"--screenshot={shot}", page.as_uri()], capture_output=True, timeout=120, check=True)
     if console is not None:
         console += [line for line in dom.stderr.splitlines() if ":CONSOLE" in line]
     return dom.stdout, shot
@@ -75,15 +76,17 @@ def full_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tmp = tmp_path_factory.mktemp("full")
     base, trace = tmp / "base.jsonl", tmp / "planted.jsonl"
     write_samples(spmd("cactus", nodes=12, duration=200, seed=7, burst_rate=0.0)[0], base)
-    write_samples(planted_trace(duration=400), trace)
+    write_samples(planted_trace(duration=300), trace)  # the planted event: 180-270 s
     contract = tmp / "contract.json"
-    # analyze and report as subprocesses, the rest through main() in this process (each is a
-    # subprocess in its own test file)
+    # report as a subprocess, the rest through main() in this process (each is a subprocess in its
+    # own test file; analyze in test_encodings_cli.py)
     r = perfsift_here("contract", "derive", str(base), "-s", "disk=disk_lwrite,disk_pwrite", "-s",
                       "cpu=cpu_user,cpu_kern", "-o", str(contract))  # fmt: skip
     assert r.returncode == 0, r.stderr[-2000:]
     out = tmp / "out"
-    r = perfsift("analyze", str(trace), "--out", str(out), "--contract", str(contract), "--perf-metric", "cpu_idle")
+    r = perfsift_here(
+        "analyze", str(trace), "--out", str(out), "--contract", str(contract), "--perf-metric", "cpu_idle"
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     sor = tmp / "sor.jsonl"
     assert (
@@ -121,8 +124,8 @@ def test_analyze_then_report_renders_every_plot_in_chromium(tmp_path: Path, chro
     trace = tmp_path / "t.sddfb"
     write_samples(samples, trace)
     out = tmp_path / "analysis"
-    assert perfsift_here("analyze", str(trace), "--out", str(out)).returncode == 0  # subprocesses: full_folder
-    r = perfsift_here("report", str(out))
+    assert perfsift_here("analyze", str(trace), "--out", str(out)).returncode == 0  # a process: test_encodings_cli
+    r = perfsift_here("report", str(out))  # as a process: full_folder
     assert r.returncode == 0, r.stderr[-2000:]
     console: list[str] = []
     dom, shot = render(chromium, out / "report.html", console)

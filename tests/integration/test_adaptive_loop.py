@@ -13,7 +13,7 @@ from perfsift.producers import demo_trace_path
 from perfsift.producers.adaptive import loop_bytes
 from perfsift.streams.clients import read_topic_to_end
 
-from tests.e2e.cli import perfsift
+from tests.e2e.cli import perfsift_here
 from tests.integration.test_producers import setup
 
 pytestmark = pytest.mark.integration
@@ -23,8 +23,9 @@ def test_run_adaptive_shrinks_perf_raw_by_the_predicted_share(kafka: dict, prefi
     config = setup(kafka, prefix, tmp_path)
     summary = tmp_path / "s.json"
     bs = kafka["bootstrap.servers"]
-    r = perfsift("run", "-b", bs, "-c", str(config), "--adaptive", "--speed", "40", "--threads", "--no-report",
-                 "--summary-json", str(summary), timeout=120)  # fmt: skip
+    # through main() in this process, the stages as threads (the run as a process: tests/e2e)
+    r = perfsift_here("run", "-b", bs, "-c", str(config), "--adaptive", "--speed", "40", "--threads", "--no-report",
+                      "--summary-json", str(summary), "--timeout", "120")  # fmt: skip
     assert r.returncode == 0, r.stderr[-3000:]
     s = json.loads(summary.read_text())
     assert s["published"] == 9600  # every demo sample went out, most of them reduced
@@ -72,8 +73,8 @@ def test_the_host_sampler_follows_the_selection_of_its_own_samples(kafka: dict, 
     bs = kafka["bootstrap.servers"]
     # the sampler runs while the demo replays: 30 s at 20x, so that on a loaded machine the rules
     # still reach it with time left (at 40x, 15 s, its samples all went out whole in a loaded CI run)
-    r = perfsift("run", "-b", bs, "-c", str(config), "--adaptive", "--speed", "20", "--sample-host", "0.5",
-                 "--threads", "--no-report", "--summary-json", str(summary), timeout=120)  # fmt: skip
+    r = perfsift_here("run", "-b", bs, "-c", str(config), "--adaptive", "--speed", "20", "--sample-host", "0.5",
+                      "--threads", "--no-report", "--summary-json", str(summary), "--timeout", "120")  # fmt: skip
     assert r.returncode == 0, r.stderr[-3000:]
     s = json.loads(summary.read_text())
     controls = [orjson.loads(v) for v in read_topic_to_end(kafka, f"{prefix}perf.control")]

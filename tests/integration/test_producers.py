@@ -17,7 +17,7 @@ from perfsift.streams.clients import create_pipeline_topics
 from perfsift.streams.config import default_pipeline_path, load_pipeline, with_overrides
 
 from tests.conftest import read_topic
-from tests.e2e.cli import perfsift
+from tests.e2e.cli import perfsift, perfsift_here
 from tests.replay_check import check_exactly_once, replay_subprocess, write_trace
 
 
@@ -43,8 +43,10 @@ def test_replay_delivers_every_job_node_seq_exactly_once(kafka: dict, prefix: st
     config = setup(kafka, prefix, tmp_path)
     summary = tmp_path / "s.json"
     bs = kafka["bootstrap.servers"]
-    r = perfsift("replay", str(path), "--max-speed", "--loop", "2", "--job", "replayed", "-b", bs,
-                 "-c", str(config), "--summary-json", str(summary))  # fmt: skip
+    # through main() in this process: `perfsift replay` as a process is the timing test's and the
+    # million-sample test's
+    r = perfsift_here("replay", str(path), "--max-speed", "--loop", "2", "--job", "replayed", "-b", bs,
+                      "-c", str(config), "--summary-json", str(summary))  # fmt: skip
     assert r.returncode == 0, r.stderr[-2000:]
     assert json.loads(summary.read_text())["published"] == 2 * n
     got = read_topic(kafka, f"{prefix}perf.raw", lambda rs: len(rs) >= 2 * n)
@@ -83,8 +85,8 @@ def test_adaptive_replay_sends_only_the_selected_metrics(
     p.produce(f"{prefix}perf.control", codec_for(encoding, "control").encode(control), b"cactus")
     assert p.flush(10) == 0
     summary = tmp_path / "s.json"
-    r = perfsift("replay", str(path), "--max-speed", "--adaptive", "-b", kafka["bootstrap.servers"], "-c", str(config),
-                 "--summary-json", str(summary))  # fmt: skip
+    r = perfsift_here("replay", str(path), "--max-speed", "--adaptive", "-b", kafka["bootstrap.servers"], "-c",
+                      str(config), "--summary-json", str(summary))  # fmt: skip
     assert r.returncode == 0, r.stderr[-2000:]
     assert "saved" in r.stdout
     msgs = read_topic(kafka, f"{prefix}perf.raw", lambda rs: len(rs) >= n, decode=False)
