@@ -50,8 +50,13 @@ def produce(bootstrap: str, topic: str, samples: list[dict]) -> None:
     """Every sample delivered (a delivery error is a failure here, not a sample the agent lost)."""
     p = Producer({"bootstrap.servers": bootstrap})
     errors: list[object] = []
+
+    def delivered(err: object, _msg: object) -> None:
+        if err is not None:
+            errors.append(err)
+
     for s in samples:
-        p.produce(topic, orjson.dumps(s), key=s["node"].encode(), on_delivery=lambda err, _: err and errors.append(err))
+        p.produce(topic, orjson.dumps(s), key=s["node"].encode(), on_delivery=delivered)
     assert p.flush(30) == 0
     assert errors == []
 
