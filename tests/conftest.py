@@ -74,7 +74,11 @@ def pytest_configure(config: pytest.Config) -> None:
     # groups only load and are done in seconds, and mypy, there alone, would leave a core idle for
     # a minute: then test_mypy fills the cache on a worker, beside the other tests
     workers = config.getoption("numprocesses", None)
-    compiling = longer.poll() is None
+    try:  # loading the kernels from the cache takes seconds, compiling them minutes
+        longer.wait(timeout=15)
+        compiling = False
+    except subprocess.TimeoutExpired:
+        compiling = True
     mypy = (
         workers
         and compiling

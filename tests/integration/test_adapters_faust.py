@@ -47,8 +47,11 @@ def make_samples(start: int, n: int, nodes: int = 4) -> list[dict]:
 
 
 def produce(bootstrap: str, topic: str, samples: list[dict]) -> None:
-    """Every sample delivered (a delivery error is a failure here, not a sample the agent lost)."""
-    p = Producer({"bootstrap.servers": bootstrap})
+    """Every sample delivered, in order (a delivery error is a failure here, not a sample the agent
+    lost; idempotent, so a retried batch cannot land after a later one: two runs failed with the
+    inputs of one second in another order than sent, which the order-exact comparison took for the
+    agent's fault)."""
+    p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
     errors: list[object] = []
 
     def delivered(err: object, _msg: object) -> None:
