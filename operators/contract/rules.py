@@ -383,7 +383,8 @@ class Rulebase:
 
         Used for fast vectorised evaluation by linear interpolation (``np.interp``); the tests bound
         the interpolation error against the exact evaluation. A parsed rulebase's table is computed
-        once per process (about a second of exact evaluations) and shared, read-only.
+        once per machine (about 3 CPU-s of exact evaluations; kept in the user's cache folder,
+        :mod:`~perfsift.operators.cache_dir`) and shared, read-only.
         """
         if self.text:
             return _cached_table(self.text, points, defuzz)
@@ -400,10 +401,16 @@ class Rulebase:
 
 @functools.lru_cache(maxsize=32)
 def _cached_table(text: str, points: int, defuzz: str) -> tuple[np.ndarray, np.ndarray]:
-    xs, ys = Rulebase.parse(text)._table(points, defuzz)
-    xs.flags.writeable = False
-    ys.flags.writeable = False
-    return xs, ys
+    """The table of a rulebase's text, once per process and, on disk, once per machine (about 3
+    CPU-s of exact evaluations, which every stage with a contract or a model paid as it started):
+    keyed by this module's source as well, so a change to the inference computes it afresh."""
+    from pathlib import Path
+
+    from perfsift.operators.cache_dir import cached_array
+
+    key = b"\0".join((Path(__file__).read_bytes(), text.encode(), str(points).encode(), defuzz.encode()))
+    both = cached_array("rulebase-tables", key, lambda: np.stack(Rulebase.parse(text)._table(points, defuzz)))
+    return both[0], both[1]
 
 
 def centroid(contrib: list[tuple[float, FuzzySet]], lo: float, hi: float) -> float:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from perfsift.operators.contract.rules import DEFAULT_RULEBASE, FuzzySet, Rulebase, RulebaseError
@@ -58,6 +60,40 @@ def test_lookup_table_matches_exact_evaluation() -> None:
     approx = np.interp(probe, xs, ys)
     exact = np.array([closed_form(d) for d in probe])
     assert np.abs(approx - exact).max() < 1e-6
+
+
+def test_a_rulebases_table_is_computed_once_per_machine(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The table of a rulebase's text is kept in the user's cache folder: a new process (here: the
+    per-process cache cleared) reads it back bit for bit instead of computing it; another text, grid
+    or defuzzification is another file; an unreadable file is computed and written again."""
+    from perfsift.operators.contract import rules
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    rules._cached_table.cache_clear()
+    xs, ys = Rulebase.default().table(points=401)
+    want_x, want_y = Rulebase.default()._table(401, "centroid")
+    assert np.array_equal(xs, want_x) and np.array_equal(ys, want_y)
+    files = list((tmp_path / "perfsift" / "rulebase-tables").glob("*.npy"))
+    assert len(files) == 1
+
+    def no_more(self: Rulebase, points: int, defuzz: str) -> None:
+        raise AssertionError("computed again")
+
+    real = Rulebase._table
+    monkeypatch.setattr(Rulebase, "_table", no_more)
+    rules._cached_table.cache_clear()
+    again_x, again_y = Rulebase.default().table(points=401)
+    assert np.array_equal(again_x, want_x) and np.array_equal(again_y, want_y)
+    assert not again_y.flags.writeable
+    monkeypatch.setattr(Rulebase, "_table", real)
+    Rulebase.parse(LITERAL_FIGURE_4).table(points=401)
+    Rulebase.default().table(points=401, defuzz="weighted_centroids")
+    assert len(list(files[0].parent.glob("*.npy"))) == 3
+    files[0].write_bytes(b"not an array")
+    rules._cached_table.cache_clear()
+    _, fixed_y = Rulebase.default().table(points=401)
+    assert np.array_equal(fixed_y, want_y) and np.load(files[0]).shape == (2, 401)
+    rules._cached_table.cache_clear()
 
 
 def test_literal_figure_text_parses_and_is_inverted() -> None:
