@@ -1,4 +1,5 @@
-"""perfsift's folder in the user's cache (``$XDG_CACHE_HOME/perfsift``, else ``~/.cache/perfsift``),
+"""perfsift's cache folder (``$PERFSIFT_CACHE_DIR``, else ``$XDG_CACHE_HOME/perfsift``, else
+``~/.cache/perfsift``),
 where numba's compiled kernels go (:mod:`~perfsift.operators._numba`), and arrays that are slow to
 compute but depend only on their inputs (:func:`cached_array`), so each is computed once per
 machine, not once per process."""
@@ -15,7 +16,10 @@ import numpy as np
 
 
 def cache_root() -> Path:
-    """``$XDG_CACHE_HOME/perfsift``, else ``~/.cache/perfsift`` (not created here)."""
+    """``$PERFSIFT_CACHE_DIR`` (the container image's, filled as it is built), else
+    ``$XDG_CACHE_HOME/perfsift``, else ``~/.cache/perfsift`` (not created here)."""
+    if os.environ.get("PERFSIFT_CACHE_DIR"):
+        return Path(os.environ["PERFSIFT_CACHE_DIR"])
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "perfsift"
 
 

@@ -154,3 +154,25 @@ def test_no_rule_fired_gives_nan() -> None:
     )
     assert np.isnan(rb.evaluate({"x": 1.5})["y"])
     assert Rulebase.parse(DEFAULT_RULEBASE).outputs == ("violation",)
+
+
+def test_the_image_build_warm_up_fills_the_default_table_where_perfsift_cache_dir_says(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """``python -m perfsift.operators.warm`` (the Dockerfile runs it with PERFSIFT_CACHE_DIR set)
+    leaves the default rulebase's table there, which a stage then reads instead of computing."""
+    from perfsift.operators import warm
+    from perfsift.operators.contract import rules
+
+    for op in ("ProjectionPursuit", "ForecastBank"):
+        monkeypatch.setattr(getattr(warm, op), "warm_up", lambda self: None)
+    monkeypatch.setattr(warm, "MODES", ())
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setenv("PERFSIFT_CACHE_DIR", str(tmp_path / "image"))
+    rules._cached_table.cache_clear()
+    warm.warm()
+    (table,) = (tmp_path / "image" / "rulebase-tables").glob("*.npy")
+    assert not (tmp_path / "xdg").exists()
+    want = Rulebase.default()._table(4001, "centroid")
+    assert np.array_equal(np.load(table), np.stack(want))
+    rules._cached_table.cache_clear()
