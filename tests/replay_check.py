@@ -22,15 +22,23 @@ from perfsift.streams.clients import consumer_settings
 def write_trace(path: Path, fmt: str, nodes: int, seconds: int) -> int:
     """Chunks of 500 s, so generating a million samples stays within memory."""
     n = 0
+    node_names = [f"n{p:03d}" for p in range(nodes)]
     with TraceWriter(path, fmt) as w:
         for chunk in range(0, seconds, 500):
             _, c = spmd("cactus", nodes=nodes, duration=min(500, seconds - chunk), seed=chunk, cube=True,
                         t0=1.7e9 + chunk)  # fmt: skip
-            vals, names = c["values"], c["metrics"]
-            for s, t in enumerate(c["t"].tolist()):
-                for p in range(nodes):
-                    row = dict(zip(names, vals[s, p].tolist(), strict=True))
-                    w.write({"ts": t, "node": f"n{p:03d}", "job": "cactus", "seq": -1, "metrics": row})
+            names = c["metrics"]
+            for t, rows in zip(c["t"].tolist(), c["values"].tolist(), strict=True):  # one tolist per chunk
+                for node, row in zip(node_names, rows, strict=True):
+                    w.write(
+                        {
+                            "ts": t,
+                            "node": node,
+                            "job": "cactus",
+                            "seq": -1,
+                            "metrics": dict(zip(names, row, strict=True)),
+                        }
+                    )
                     n += 1
     return n
 
