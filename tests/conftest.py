@@ -31,9 +31,10 @@ from tests.schema_registry import schema_registry  # noqa: F401 - the session's 
 #: workers start. Compile times of each warm-up into an empty cache (CPU seconds, one process): the
 #: forecast bank's ``step`` kernel 58-66 (190 while numba inlined the window primitives into it, see
 #: ``operators/forecast/_nws_windows.py``; 23-25 without ``parallel=True``, but its code on one thread
-#: then ran 1.2x slower by bench/ab_forecast.py, noalias or not: kept), the pursuit 54, the JSON
+#: then ran 1.2x slower by bench/ab_forecast.py, noalias or not: kept), the pursuit 37 (51-54 while
+#: its kernels assigned array slices, each compiling numba's shape-error text), the JSON
 #: decoder 38, the cleaner 10 (one signature for all five modes), OTLP 6, dtw 1 (load 3-8). So the
-#: forecast bank, the pursuit and OTLP compile in one process (about 118) and the rest (about 49)
+#: forecast bank, the pursuit and OTLP compile in one process (about 100) and the rest (about 49)
 #: beside them, followed there by mypy's cache (77 cold): about two minutes of two cores on a fresh
 #: clone.
 WARM_GROUPS = (

@@ -88,7 +88,7 @@ def index_gradient(z, w, c3, c4, c4p, y, grad, consts):  # type: ignore[no-untyp
     y (N×3) is scratch. The monomials are written out: index tables in the row loop cost 3×."""
     _, _, _, m2, m3, m4, g3, g4, delta4 = consts
     n = z.shape[0]
-    y[:, :] = np.dot(z, w)
+    np.dot(z, w, y)  # into y: a slice assignment compiles numba's shape-error formatting
     s3 = np.zeros(10)
     s4 = np.zeros(15)
     for i in range(n):
@@ -181,7 +181,7 @@ def index_gradient(z, w, c3, c4, c4p, y, grad, consts):  # type: ignore[no-untyp
                 + r[a, 8] * c122
                 + r[a, 9] * c222
             )
-    grad[:, :] = np.dot(z.T, gy)
+    np.dot(z.T, gy, grad)
     return value
 
 
@@ -196,7 +196,10 @@ def _objective(a, z, c3, c4, c4p, y, gw, ga, consts):  # type: ignore[no-untyped
     w = a @ inv_sqrt
     value = index_gradient(z, w, c3, c4, c4p, y, gw, consts)
     proj = gw - w @ (w.T @ gw)
-    ga[:, :] = -(proj @ inv_sqrt)
+    np.dot(proj, inv_sqrt, ga)
+    for i in range(ga.shape[0]):
+        for j in range(ga.shape[1]):
+            ga[i, j] = -ga[i, j]
     return -value, True
 
 
@@ -321,8 +324,9 @@ def lbfgs(a0, z, c3, c4, c4p, consts, gtol, ftol, maxiter, memory):  # type: ign
         yv = g_new - g
         sy = np.dot(s, yv)
         if sy > 1e-10 * np.sqrt(np.dot(s, s) * np.dot(yv, yv)):
-            s_hist[head] = s
-            y_hist[head] = yv
+            for q in range(nv):  # element by element: a row assignment compiles numba's shape-error text
+                s_hist[head, q] = s[q]
+                y_hist[head, q] = yv[q]
             rho[head] = 1.0 / sy
             head = (head + 1) % memory
             stored = min(stored + 1, memory)
@@ -348,7 +352,9 @@ def lbfgs_all(starts, z, c3, c4, c4p, consts, gtol, ftol, maxiter, memory):  # t
     sts = np.empty(r, dtype=np.int64)
     for i in range(r):
         a, f, it, ev, st = lbfgs(starts[i].copy(), z, c3, c4, c4p, consts, gtol, ftol, maxiter, memory)
-        found[i] = a
+        for j in range(d):
+            for c in range(3):
+                found[i, j, c] = a[j, c]
         fs[i] = f
         its[i] = it
         evs[i] = ev
