@@ -211,20 +211,29 @@ def constant_features(count: np.ndarray, mean: np.ndarray, sd: np.ndarray) -> np
 
 
 def _components(d: int, edges: np.ndarray) -> np.ndarray:
-    """Connected-component label of each of d nodes (union-find with path halving)."""
-    parent = np.arange(d)
+    """Connected-component label of each of d nodes: the smallest index in its component.
 
-    def find(a: int) -> int:
-        while parent[a] != a:
-            parent[a] = parent[parent[a]]
-            a = parent[a]
-        return a
+    Label propagation over the boolean adjacency, all nodes at once: each takes the smallest label
+    among itself and its neighbours, then the label of its label (pointer jumping), until nothing
+    changes. The labels a union-find that links the larger root under the smaller gives (its
+    Python loop over every edge was a tenth of a reclustering of 200 features), in O(d²) numpy
+    per round and O(log d)-ish rounds.
 
-    for a, b in zip(*np.nonzero(np.triu(edges, 1)), strict=True):
-        ra, rb = find(int(a)), find(int(b))
-        if ra != rb:
-            parent[max(ra, rb)] = min(ra, rb)
-    return np.array([find(i) for i in range(d)])
+    >>> e = np.zeros((5, 5), dtype=bool); e[3, 1] = e[1, 3] = e[4, 3] = e[3, 4] = True
+    >>> _components(5, e).tolist()
+    [0, 1, 2, 1, 1]
+    """
+    label = np.arange(d)
+    if d == 0:
+        return label
+    up = np.triu(edges, 1)
+    adj = up | up.T  # the pairs above the diagonal, as undirected edges
+    while True:
+        nxt = np.minimum(label, np.where(adj, label[None, :], d).min(axis=1))
+        nxt = nxt[nxt]
+        if np.array_equal(nxt, label):
+            return label
+        label = nxt
 
 
 @dataclass
