@@ -261,3 +261,25 @@ def test_balancing_the_sor_model() -> None:
     assert cons["completion_p95"] < mean["completion_p95"]
     lo, hi = cons["completion_interval"]
     assert lo < cons["completion_mean"] < hi
+
+
+def test_a_model_predicts_the_same_after_jobs_of_other_sizes() -> None:
+    """The constants' moments are made once per node count and shared read-only: a model that
+    predicted for 3 and 4 nodes predicts for 4 as a fresh one does, and nothing can write them."""
+    inputs = {
+        n: {"mean": np.full(4, m), "sigma": np.full(4, s)}
+        for n, m, s in (("FracAvailCPU", 0.7, 0.1), ("BWAvail", 2e5, 1e4))
+    }
+    three = {n: {k: v[:3] for k, v in d.items()} for n, d in inputs.items()}
+    used = sor_model()
+    for i in (three, inputs, three):
+        used.predict(i, samples=200, seed=1)
+    fresh = sor_model().predict(inputs, samples=200, seed=1)
+    again = used.predict(inputs, samples=200, seed=1)
+    assert fresh.method == "monte-carlo" and fresh.nodes == again.nodes == 4
+    for out, stats in fresh.outputs.items():
+        for k, v in stats.items():
+            assert np.array_equal(again.outputs[out][k], v), (out, k)
+    env = used.draw(inputs, 10, 0)
+    with pytest.raises(ValueError, match="read-only"):
+        env["NumElts"][0, 0] = 1.0
