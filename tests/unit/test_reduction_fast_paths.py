@@ -1,12 +1,13 @@
-"""The data reduction's fast paths against slow references: the connected components of the
-redundancy graph against a union-find over every edge, the design columns against a
-column-by-column stack, and a refit against numpy's least squares."""
+"""The data reduction's fast paths against slow references: the window's co-moments against the
+fold of every block, the connected components of the redundancy graph against a union-find over
+every edge, the design columns against a column-by-column stack, and a refit against numpy's least
+squares."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from perfsift.operators.reduction.redundancy import _components
+from perfsift.operators.reduction.redundancy import PairwiseMoments, _components
 from perfsift.operators.reduction.regression import SQUARE, _columns, refit
 
 
@@ -91,3 +92,38 @@ def test_refit_equals_numpy_least_squares_and_the_shared_index_changes_nothing()
     assert refit(x, y, names, terms, None, index=index) == refit(x, y, names, terms, None)
     shared = refit(x[:90], y[:90], names, terms, None, x[90:], y[90:], index)
     assert shared == refit(x[:90], y[:90], names, terms, None, x[90:], y[90:])
+
+
+def whole_fold(pm: PairwiseMoments) -> dict[str, np.ndarray]:
+    """The window's totals as the code made them before it kept the older blocks' merge: every
+    block centred and merged, oldest first."""
+    ref = pm.reference()
+    out = pm._centred(pm.ring[0], ref)
+    for b in pm.ring[1:]:
+        out = pm._merge(out, pm._centred(b, ref))
+    return out
+
+
+def test_co_moments_equal_the_fold_of_every_block_after_each_row() -> None:
+    """Rows one at a time through a ring of 4 blocks of 5, a feature that starts late (a new
+    column, then a new reference with its first value) and gaps: after every row, the totals are
+    those of the whole fold, bit for bit."""
+    rng = np.random.default_rng(3)
+    pm = PairwiseMoments(window=20, blocks=4)
+    names = ["a", "b", "c"]
+    checked = 0
+    for i in range(70):
+        if i == 23:
+            names = [*names, "late"]
+        row = rng.normal(1e6, 3.0, size=(1, len(names)))
+        row[rng.random(row.shape) < 0.15] = np.nan
+        if i % 5 == 0:  # each block starts with the same values: a new ring has the same reference
+            row[0] = 1e6 + np.arange(len(names))
+        if 23 <= i < 31:
+            row[0, 3] = np.nan  # a column with no value yet: its reference comes with its first
+        pm.add(row, names)
+        got, ref = pm.totals(), whole_fold(pm)
+        for k in ("n", "mean", "m2", "c"):
+            assert np.array_equal(got[k], ref[k], equal_nan=True), (i, k)
+        checked += len(pm.ring) > 1
+    assert checked > 60 and len(pm.names) == 4
