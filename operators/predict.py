@@ -28,9 +28,9 @@ from perfsift.operators.contract import STATES, ViolationTracker
 from perfsift.operators.contract.rules import DEFAULT_RULEBASE, Rulebase
 from perfsift.operators.forecast.forecast import ForecastBank
 
-#: a batch's forecasts as :meth:`ModelPredictor._learned` lists them: the bank's metrics, each
-#: row's node, and per row the forecasts, their sigmas and the observed values of those metrics
-_Learned = tuple[list[str], list[str], list[list[float]], list[list[float]], list[list[float]]]
+#: a batch's forecasts as :meth:`ModelPredictor._learned` gives them: the bank's metrics, each
+#: row's node, and (rows, metrics) arrays of the forecasts, their sigmas and the observed values
+_Learned = tuple[list[str], list[str], np.ndarray, np.ndarray, np.ndarray]
 
 
 def load_model(model: str | Path | StructuralModel) -> StructuralModel:
@@ -209,28 +209,25 @@ class ModelPredictor(Decider):
         return records
 
     def _learned(self, part: Batch) -> _Learned:
-        """The bank's forecasts and sigmas after each row of ``part``, and the rows' inputs, as
-        lists (the metrics in the bank's order, the rows' node names)."""
+        """The bank's forecasts and sigmas after each row of ``part``, and the rows' values of the
+        bank's metrics (in the bank's order), with the rows' node names."""
         out = self.bank_.update(part)
         src = part.values[:, [part.metrics.index(m) for m in out.metrics]]
-        return list(out.metrics), part.node_names(), out.values.tolist(), out.extra["sigma"].tolist(), src.tolist()
+        return list(out.metrics), part.node_names(), out.values, out.extra["sigma"], src
 
-    def _learn(
-        self,
-        job: str,
-        learned: _Learned,
-        a: int,
-        e: int,
-    ) -> None:
-        """File rows ``a:e`` of the batch's learned forecasts and observations for ``job``."""
+    def _learn(self, job: str, learned: _Learned, a: int, e: int) -> None:
+        """File rows ``a:e`` of the batch's learned forecasts and observations for ``job`` (as
+        Python floats, a group's rows at a time: a whole batch as lists would take 4-8x the memory of
+        its arrays)."""
         metrics, names, values, sigma, src = learned
+        f_rows, s_rows, x_rows = values[a:e].tolist(), sigma[a:e].tolist(), src[a:e].tolist()
         for j, metric in enumerate(metrics):
-            for i in range(a, e):
-                node = names[i]
-                f = values[i][j]
+            for i in range(e - a):
+                node = names[a + i]
+                f = f_rows[i][j]
                 if f == f:
-                    self.last_[(job, node, metric)] = (f, sigma[i][j])
-                x = src[i][j]
+                    self.last_[(job, node, metric)] = (f, s_rows[i][j])
+                x = x_rows[i][j]
                 if x == x:
                     self.seen_.setdefault((job, node, metric), deque(maxlen=self.history)).append(x)
 
