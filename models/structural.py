@@ -78,6 +78,8 @@ class StructuralModel:
         self.source = source
         self.text = text
         self.order = self._check()
+        self._static: dict[int, dict[str, tuple[np.ndarray, np.ndarray]]] = {}  # node count -> constants' moments
+        self._kinks: dict[tuple[str, ...], list[str]] = {}  # target list -> kinks()
 
     # -- loading ---------------------------------------------------------------------------------
     @classmethod
@@ -176,6 +178,13 @@ class StructuralModel:
             walk(self.components[t].tree)
         return found
 
+    def _kinks_of(self, targets: tuple[str, ...]) -> list[str]:
+        """:meth:`kinks`, worked out once per target list (the model does not change)."""
+        cache = self._kinks
+        if targets not in cache:
+            cache[targets] = self.kinks(targets)
+        return cache[targets]
+
     def per_node(self, name: str) -> bool:
         """Whether a component has one value per node (False: one value for the job, as after
         ``max_nodes``)."""
@@ -220,27 +229,49 @@ class StructuralModel:
     def _moments(
         self, inputs: Mapping[str, Mapping[str, Any]], nodes: int
     ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-        """Mean and sigma over nodes of every parameter (sigma 0 for constants)."""
+        """Mean and sigma over nodes of every parameter (sigma 0 for constants). Those of the
+        parameters that read no metric are the same every call: made once per node count, read-only."""
+        static = self._static_moments(nodes)
         means, sigmas = {}, {}
         for name, p in self.parameters.items():
-            if p.value is not None:
-                mu, sd = np.broadcast_to(np.array(p.value), (nodes,)), np.zeros(nodes)
-            elif p.mean is not None:
-                mu = np.broadcast_to(np.array(p.mean), (nodes,))
-                sd = np.broadcast_to(np.array(p.sigma), (nodes,))
-            else:
-                got = inputs.get(name)
-                if got is None:
-                    raise ModelError(f"no value for parameter {name!r} (metric {p.metric!r})", self.source, p.line)
-                mu = np.broadcast_to(np.asarray(got["mean"], dtype=np.float64), (nodes,))
-                sd = np.broadcast_to(np.asarray(got.get("sigma", 0.0), dtype=np.float64), (nodes,))
-                if not p.stochastic:
-                    sd = np.zeros(nodes)
+            if name in static:
+                means[name], sigmas[name] = static[name]
+                continue
+            got = inputs.get(name)
+            if got is None:
+                raise ModelError(f"no value for parameter {name!r} (metric {p.metric!r})", self.source, p.line)
+            mu = np.broadcast_to(np.asarray(got["mean"], dtype=np.float64), (nodes,))
+            sd = np.broadcast_to(np.asarray(got.get("sigma", 0.0), dtype=np.float64), (nodes,))
+            if not p.stochastic:
+                sd = np.zeros(nodes)
             if np.isnan(mu).any():
                 raise ModelError(f"parameter {name!r} has no value for some node", self.source, p.line)
             means[name] = np.clip(mu.astype(np.float64), p.lo, p.hi)
-            sigmas[name] = np.nan_to_num(sd.astype(np.float64))
+            sd = sd.astype(np.float64)
+            sigmas[name] = sd if np.isfinite(sd).all() else np.nan_to_num(sd)
         return means, sigmas
+
+    def _static_moments(self, nodes: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        """(mean, sigma) over ``nodes`` of the parameters given by ``value`` or ``mean``/``sigma``."""
+        cache = self._static
+        if nodes not in cache:
+            out = {}
+            for name, p in self.parameters.items():
+                if p.value is not None:
+                    mu, sd = np.broadcast_to(np.array(p.value), (nodes,)), np.zeros(nodes)
+                elif p.mean is not None:
+                    mu = np.broadcast_to(np.array(p.mean), (nodes,))
+                    sd = np.broadcast_to(np.array(p.sigma), (nodes,))
+                else:
+                    continue
+                if np.isnan(mu).any():
+                    raise ModelError(f"parameter {name!r} has no value for some node", self.source, p.line)
+                pair = np.clip(mu.astype(np.float64), p.lo, p.hi), np.nan_to_num(sd.astype(np.float64))
+                for a in pair:
+                    a.setflags(write=False)  # shared by every prediction
+                out[name] = pair
+            cache[nodes] = out
+        return cache[nodes]
 
     def evaluate(self, env: dict[str, np.ndarray], targets: Sequence[str]) -> dict[str, np.ndarray]:
         """Evaluate components over env (parameters as (samples, nodes) arrays); returns targets as
@@ -286,11 +317,14 @@ class StructuralModel:
         seed: int = 0,
         nodes: int | None = None,
         outputs: Sequence[str] | None = None,
+        quantiles: bool = True,
     ) -> Prediction:
         """Predict the outputs.
 
         ``inputs`` gives the metric parameters per name: ``{"mean": per-node array, "sigma": per-node
-        array, "samples": (observations, nodes) array for empirical ones}``.
+        array, "samples": (observations, nodes) array for empirical ones}``. ``quantiles=False``
+        leaves out Monte Carlo's ``q025``/``q975`` (two partial sorts of the draws per output) for a
+        caller that reads the mean and sigma only.
         """
         if method not in METHODS:
             raise ValueError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
@@ -301,7 +335,7 @@ class StructuralModel:
         reason = ""
         diag: dict[str, float] = {}
         if method == "auto":
-            kinks = self.kinks(targets)
+            kinks = self._kinks_of(tuple(targets))
             if kinks:
                 method, reason = "monte-carlo", f"{kinks[0]} has stochastic inputs"
             elif empirical:
@@ -323,15 +357,10 @@ class StructuralModel:
         for t, v in res.items():
             v = np.broadcast_to(v, (samples, v.shape[1]))
             mean, sd = v.mean(axis=0), v.std(axis=0, ddof=1) if samples > 1 else np.zeros(v.shape[1])
-            q = np.quantile(v, [0.025, 0.975], axis=0)
-            out[t] = {
-                "mean": mean,
-                "sigma": sd,
-                "lower": mean - 2 * sd,
-                "upper": mean + 2 * sd,
-                "q025": q[0],
-                "q975": q[1],
-            }
+            out[t] = {"mean": mean, "sigma": sd, "lower": mean - 2 * sd, "upper": mean + 2 * sd}
+            if quantiles:
+                q = np.quantile(v, [0.025, 0.975], axis=0)
+                out[t].update(q025=q[0], q975=q[1])
         diag["samples"] = float(samples)
         return Prediction(out, "monte-carlo", reason or "asked for", p_count, diag)
 

@@ -28,6 +28,10 @@ from perfsift.operators.contract import STATES, ViolationTracker
 from perfsift.operators.contract.rules import DEFAULT_RULEBASE, Rulebase
 from perfsift.operators.forecast.forecast import ForecastBank
 
+#: a batch's forecasts as :meth:`ModelPredictor._learned` gives them: the bank's metrics, each
+#: row's node, and (rows, metrics) arrays of the forecasts, their sigmas and the observed values
+_Learned = tuple[list[str], list[str], np.ndarray, np.ndarray, np.ndarray]
+
 
 def load_model(model: str | Path | StructuralModel) -> StructuralModel:
     """A model from a path, or the name of a bundled model (``"sor"``)."""
@@ -163,8 +167,8 @@ class ModelPredictor(Decider):
             return None
         seed = int(np.random.SeedSequence([self.seed, int(ts * 1000) & 0xFFFFFFFF]).generate_state(1)[0])
         pred = self.model_.predict(
-            inputs, method=self.method, samples=self.samples, seed=seed, nodes=len(self.nodes_[job])
-        )
+            inputs, method=self.method, samples=self.samples, seed=seed, nodes=len(self.nodes_[job]), quantiles=False
+        )  # the records carry the mean and sigma only
         self.counts_["predictions"] += 1
         self.counts_[pred.method] += 1
         return pred
@@ -180,7 +184,13 @@ class ModelPredictor(Decider):
         order = np.lexsort((np.arange(len(batch)), batch.ts, batch.job_idx))
         job_idx, ts = batch.job_idx[order], batch.ts[order]
         cut = np.flatnonzero((np.diff(job_idx) != 0) | (np.diff(ts) != 0)) + 1
-        for rows in np.split(order, cut):
+        # the forecasts learn the whole batch in one call, in group order: a series' forecast after
+        # each of its rows is the same as group by group (the bank's rows of a series go in arrival
+        # order), and a group's forecasts are filed in ``last_`` only after its prediction is made
+        learned = self._learned(batch.take(order))
+        pending: list[tuple[dict[str, Any], int, float]] = []  # records whose contract verdict is due
+        for a, e in zip(np.r_[0, cut].tolist(), np.r_[cut, len(order)].tolist(), strict=True):
+            rows = order[a:e]
             job, t = jobs[int(rows[0])], float(batch.ts[rows[0]])
             known = self.nodes_.setdefault(job, [])
             new_nodes = sorted({nodes[int(r)] for r in rows} - set(known))
@@ -193,23 +203,33 @@ class ModelPredictor(Decider):
                 self.last_ts_[job] = t
             pt, pred = self.pending_.get(job, (None, None))
             if pred is not None and pt == t:
-                records.extend(self._records(job, t, pred, batch, rows, col, nodes, first_part))
-            self._learn(job, batch.take(rows), col)
+                records.extend(self._records(job, t, pred, batch, rows, col, nodes, first_part, pending))
+            self._learn(job, learned, a, e)
+        self._judge(pending)
         return records
 
-    def _learn(self, job: str, part: Batch, col: dict[str, int]) -> None:
+    def _learned(self, part: Batch) -> _Learned:
+        """The bank's forecasts and sigmas after each row of ``part``, and the rows' values of the
+        bank's metrics (in the bank's order), with the rows' node names."""
         out = self.bank_.update(part)
-        names = part.node_names()
-        sigma = out.extra["sigma"]
-        for j, metric in enumerate(out.metrics):
-            src = part.values[:, col[metric]]
-            for i, node in enumerate(names):
-                f = out.values[i, j]
+        src = part.values[:, [part.metrics.index(m) for m in out.metrics]]
+        return list(out.metrics), part.node_names(), out.values, out.extra["sigma"], src
+
+    def _learn(self, job: str, learned: _Learned, a: int, e: int) -> None:
+        """File rows ``a:e`` of the batch's learned forecasts and observations for ``job`` (as
+        Python floats, a group's rows at a time: a whole batch as lists would take 4-8x the memory of
+        its arrays)."""
+        metrics, names, values, sigma, src = learned
+        f_rows, s_rows, x_rows = values[a:e].tolist(), sigma[a:e].tolist(), src[a:e].tolist()
+        for j, metric in enumerate(metrics):
+            for i in range(e - a):
+                node = names[a + i]
+                f = f_rows[i][j]
                 if f == f:
-                    self.last_[(job, node, metric)] = (float(f), float(sigma[i, j]))
-                x = src[i]
+                    self.last_[(job, node, metric)] = (f, s_rows[i][j])
+                x = x_rows[i][j]
                 if x == x:
-                    self.seen_.setdefault((job, node, metric), deque(maxlen=self.history)).append(float(x))
+                    self.seen_.setdefault((job, node, metric), deque(maxlen=self.history)).append(x)
 
     def _records(
         self,
@@ -221,6 +241,7 @@ class ModelPredictor(Decider):
         col: dict[str, int],
         nodes: list[str],
         first_part: bool,
+        pending: list[tuple[dict[str, Any], int, float]],
     ) -> list[dict[str, Any]]:
         known = self.nodes_[job]
         where = {n: i for i, n in enumerate(known[: pred.nodes])}
@@ -234,31 +255,32 @@ class ModelPredictor(Decider):
                 targets = [("*", 0, [int(r) for r in rows])]
             else:
                 continue  # a reduced output is reported once per timestamp, with its first rows
+            means, sds = stats["mean"].tolist(), stats["sigma"].tolist()
             for node, i, obs_rows in targets:
                 assert i is not None
-                mean, sd = float(stats["mean"][i]), float(stats["sigma"][i])
+                mean, sd = means[i], sds[i]
                 obs = None
                 if metric is not None and metric in col:
                     vals = batch.values[obs_rows, col[metric]]
                     vals = vals[~np.isnan(vals)]
                     obs = float(vals.max()) if len(vals) else None  # the slowest report counts
-                recs.append(self._record(job, t, output, node, mean, sd, pred, obs))
+                recs.append(self._record(job, t, output, node, mean, sd, pred, obs, pending))
         return recs
 
     def _record(
-        self, job: str, t: float, output: str, node: str, mean: float, sd: float, pred: Prediction, obs: float | None
+        self,
+        job: str,
+        t: float,
+        output: str,
+        node: str,
+        mean: float,
+        sd: float,
+        pred: Prediction,
+        obs: float | None,
+        pending: list[tuple[dict[str, Any], int, float]],
     ) -> dict[str, Any]:
-        z = level = None
-        state = "unknown"
-        if obs is not None:
-            z = (obs - mean) / sd if sd > 0 else (0.0 if obs == mean else float(np.sign(obs - mean)) * np.inf)
-            dist = np.array([abs(z) / self.tolerance_sigma])
-            lev = np.interp(np.minimum(dist, self.lut_x_[-1]), self.lut_x_, self.lut_y_)
-            key = self.keys_.setdefault((job, output, node), len(self.keys_))
-            _, st = self.tracker_.update(np.array([key]), lev)
-            level, state = float(lev[0]), STATES[int(st[0])]
-            z = float(z) if np.isfinite(z) else None
-        return {
+        z = None
+        rec = {
             "ts": t,
             "job": job,
             "model": self.model_.name,
@@ -271,9 +293,26 @@ class ModelPredictor(Decider):
             "method": pred.method,
             "observed": obs,
             "z": z,
-            "violation": level,
-            "state": state,
+            "violation": None,
+            "state": "unknown",
         }
+        if obs is not None:
+            z = (obs - mean) / sd if sd > 0 else (0.0 if obs == mean else float(np.sign(obs - mean)) * np.inf)
+            key = self.keys_.setdefault((job, output, node), len(self.keys_))
+            pending.append((rec, key, abs(z) / self.tolerance_sigma))
+            rec["z"] = float(z) if np.isfinite(z) else None
+        return rec
+
+    def _judge(self, pending: list[tuple[dict[str, Any], int, float]]) -> None:
+        """The contract verdicts of a batch's records, in one pass of the tracker (which takes a
+        key's rows in arrival order: the same as one record at a time)."""
+        if not pending:
+            return
+        dist = np.array([d for _, _, d in pending])
+        lev = np.interp(np.minimum(dist, self.lut_x_[-1]), self.lut_x_, self.lut_y_)
+        _, st = self.tracker_.update(np.array([k for _, k, _ in pending], dtype=np.int64), lev)
+        for (rec, _, _), level, s in zip(pending, lev.tolist(), st.tolist(), strict=True):
+            rec["violation"], rec["state"] = level, STATES[s]
 
     # -- snapshots ---------------------------------------------------------------------------------
     def _state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:

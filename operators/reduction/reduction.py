@@ -412,14 +412,15 @@ class DataReduction(Decider):
             return out
         cut = len(y) - max(round(self.holdout * len(y)), 2)
         old, new = slice(0, cut), slice(cut, None)
-        r2, _, rows = refit(x[old], y[old], names, res["terms"], None, x[new], y[new])
+        ix = {n: j for j, n in enumerate(names)}
+        r2, _, rows = refit(x[old], y[old], names, res["terms"], None, x[new], y[new], ix)
         if not np.isfinite(r2):
             return out
         out.update(r2_holdout=r2, holdout_rows=rows)
         live = [n for n in names if n not in cl.zero_variation]
         rand = []
         for _, terms in rand_subsets(live, res["terms"], self.rand_subsets, rng):
-            rand.append(refit(x[old], y[old], names, terms, None, x[new], y[new])[0])
+            rand.append(refit(x[old], y[old], names, terms, None, x[new], y[new], ix)[0])
         scored = np.array([v for v in rand if np.isfinite(v)])
         if len(scored):
             out.update(rand_r2_mean=float(scored.mean()), rand_p_value=float(np.mean(scored >= r2)))

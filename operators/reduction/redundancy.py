@@ -76,6 +76,8 @@ class PairwiseMoments:
         self.index: dict[str, int] = {}
         self.ring: list[dict[str, np.ndarray]] = []  # oldest first; each: n, s, q, p, shift, rows
         self.rows_in_newest = 0
+        # the merge of every block but the newest (which alone takes rows), and what it was made from
+        self._older: tuple[list[dict[str, np.ndarray]], int, bytes, dict[str, np.ndarray]] | None = None
 
     # -- features ----------------------------------------------------------------------------------
     def columns(self, names: list[str]) -> np.ndarray:
@@ -178,10 +180,30 @@ class PairwiseMoments:
             z = np.zeros((d, d))
             return {"n": z, "mean": z.copy(), "m2": z.copy(), "c": z.copy()}
         ref = self.reference()
-        out = self._centred(self.ring[0], ref)
-        for b in self.ring[1:]:
-            out = self._merge(out, self._centred(b, ref))
-        return out
+        if len(self.ring) == 1:
+            return self._centred(self.ring[0], ref)
+        return self._merge(self._merged_older(ref, d), self._centred(self.ring[-1], ref))
+
+    def _merged_older(self, ref: np.ndarray, d: int) -> dict[str, np.ndarray]:
+        """The blocks before the newest, merged oldest first (the fold :meth:`totals` continues
+        with the newest block). Those blocks take no more rows, so the fold is kept while they
+        are the same blocks, with the same features and the same reference: a row then costs one
+        block's centring and one merge, not the whole ring's, and gives the same bits."""
+        older = self.ring[:-1]
+        key = ref.tobytes()
+        c = self._older
+        if (
+            c is None
+            or c[1] != d
+            or c[2] != key
+            or len(c[0]) != len(older)
+            or any(a is not b for a, b in zip(c[0], older, strict=True))
+        ):
+            out = self._centred(older[0], ref)
+            for b in older[1:]:
+                out = self._merge(out, self._centred(b, ref))
+            self._older = c = (older, d, key, out)
+        return c[3]
 
     @property
     def rows(self) -> int:
@@ -211,20 +233,29 @@ def constant_features(count: np.ndarray, mean: np.ndarray, sd: np.ndarray) -> np
 
 
 def _components(d: int, edges: np.ndarray) -> np.ndarray:
-    """Connected-component label of each of d nodes (union-find with path halving)."""
-    parent = np.arange(d)
+    """Connected-component label of each of d nodes: the smallest index in its component.
 
-    def find(a: int) -> int:
-        while parent[a] != a:
-            parent[a] = parent[parent[a]]
-            a = parent[a]
-        return a
+    Label propagation over the boolean adjacency, all nodes at once: each takes the smallest label
+    among itself and its neighbours, then the label of its label (pointer jumping), until nothing
+    changes. The labels a union-find that links the larger root under the smaller gives (its
+    Python loop over every edge was a tenth of a reclustering of 200 features), in O(d²) numpy
+    per round and O(log d)-ish rounds.
 
-    for a, b in zip(*np.nonzero(np.triu(edges, 1)), strict=True):
-        ra, rb = find(int(a)), find(int(b))
-        if ra != rb:
-            parent[max(ra, rb)] = min(ra, rb)
-    return np.array([find(i) for i in range(d)])
+    >>> e = np.zeros((5, 5), dtype=bool); e[3, 1] = e[1, 3] = e[4, 3] = e[3, 4] = True
+    >>> _components(5, e).tolist()
+    [0, 1, 2, 1, 1]
+    """
+    label = np.arange(d)
+    if d == 0:
+        return label
+    up = np.triu(edges, 1)
+    adj = up | up.T  # the pairs above the diagonal, as undirected edges
+    while True:
+        nxt = np.minimum(label, np.where(adj, label[None, :], d).min(axis=1))
+        nxt = nxt[nxt]
+        if np.array_equal(nxt, label):
+            return label
+        label = nxt
 
 
 @dataclass

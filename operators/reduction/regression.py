@@ -7,6 +7,7 @@ selection refitted on other data.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -167,15 +168,26 @@ def backward_elimination(
     )
 
 
-def _columns(x: np.ndarray, names: list[str], terms: list[str], centers: dict[str, float]) -> np.ndarray:
-    """The design columns of ``terms`` (linear ``f`` or quadratic ``f^2`` about ``centers``) from ``x``."""
-    ix = {n: j for j, n in enumerate(names)}
-    cols = []
-    for t in terms:
-        base = t.removesuffix(SQUARE)
-        v = x[:, ix[base]] if base in ix else np.full(len(x), np.nan)
-        cols.append((v - centers.get(base, 0.0)) ** 2 if t.endswith(SQUARE) else v)
-    return np.stack(cols, axis=1) if cols else np.empty((len(x), 0))
+def _columns(x: np.ndarray, index: Mapping[str, int], terms: list[str], centers: Mapping[str, float]) -> np.ndarray:
+    """The design columns of ``terms`` (linear ``f`` or quadratic ``f^2`` about ``centers``) from
+    ``x``, whose column of feature ``f`` is ``index[f]`` (a feature not in it: a column of NaN).
+
+    One gather of the columns and one ``(x - c)²`` over the squares: the values a column-by-column
+    stack of ``x[:, j]`` and ``(x[:, j] - c) ** 2`` gives, in the same C-ordered layout."""
+    base = [t.removesuffix(SQUARE) for t in terms]
+    if not terms:
+        return np.empty((len(x), 0))
+    j = [index.get(b, -1) for b in base]
+    a = (
+        np.take(x, j, axis=1)
+        if min(j) >= 0
+        else np.where(np.array(j) >= 0, np.take(x, np.maximum(j, 0), axis=1), np.nan)
+    )
+    a = np.ascontiguousarray(a)  # x[:, j] comes out in Fortran order: the stack was in C order
+    sq = [k for k, t in enumerate(terms) if t.endswith(SQUARE)]
+    if sq:
+        a[:, sq] = (a[:, sq] - np.array([centers.get(base[k], 0.0) for k in sq])) ** 2
+    return a
 
 
 def _least_squares(z: np.ndarray, yc: np.ndarray) -> np.ndarray:
@@ -206,6 +218,7 @@ def refit(
     centers: dict[str, float] | None,
     x_new: np.ndarray | None = None,
     y_new: np.ndarray | None = None,
+    index: Mapping[str, int] | None = None,
 ) -> tuple[float, float | None, int]:
     """(R², adjusted R², rows) of an OLS refit of ``terms`` on ``(x, y)``, as the paper verifies a
     selection on other traces; with ``x_new, y_new``, the R² of that fit's predictions of ``y_new``
@@ -215,16 +228,19 @@ def refit(
 
     ``centers=None`` centres each square on the mean of ``x`` itself, "the mean at fitting time"
     of METHODS.md §2.2: a refit on another trace is a new fit, and a centre carried over from a
-    trace at another level turns (x − c)² into a mostly linear term there."""
+    trace at another level turns (x − c)² into a mostly linear term there.
+
+    ``index`` is ``names``' column index ``{name: j}``, for a caller that refits many term lists
+    on the same table (RAND)."""
+    ix = {n: j for j, n in enumerate(names)} if index is None else index
     if centers is None:
-        ix = {n: j for j, n in enumerate(names)}
         with np.errstate(all="ignore"):
             centers = {
                 t.removesuffix(SQUARE): float(np.nanmean(x[:, ix[t.removesuffix(SQUARE)]]))
                 for t in terms
                 if t.endswith(SQUARE) and t.removesuffix(SQUARE) in ix
             }
-    a = _columns(x, names, terms, centers)
+    a = _columns(x, ix, terms, centers)
     ok = ~np.isnan(y) & ~np.isnan(a).any(axis=1)
     a, yy = a[ok], y[ok]
     if len(yy) < len(terms) + 2:
@@ -235,7 +251,7 @@ def refit(
     y0 = float(yy.mean())
     beta = _least_squares(z, yy - y0)
     if x_new is not None and y_new is not None:
-        b = _columns(x_new, names, terms, centers)
+        b = _columns(x_new, ix, terms, centers)
         ok = ~np.isnan(y_new) & ~np.isnan(b).any(axis=1)
         b, yn = b[ok], y_new[ok]
         if len(yn) < 2:

@@ -203,6 +203,39 @@ def test_the_predictor_restores_mid_stream() -> None:
     assert head + tail == whole
 
 
+def test_one_batch_equals_one_timestamp_at_a_time() -> None:
+    """The predictor learns a whole batch's forecasts in one call and judges its records in one
+    pass of the tracker; fed one (job, timestamp) at a time, each step is the slow reference (the
+    forecasts of a timestamp learned only after its prediction, one verdict after another). A node
+    that reports twice in a timestamp puts the same tracker key twice in one pass."""
+    samples, _ = sor(steps=80, seed=4)
+    b = samples_to_batch(samples)
+    twice = b.take(np.r_[np.arange(len(b)), np.arange(0, len(b), 7)])  # some rows again, later in the batch
+    for batch in (b, twice):
+        whole = ModelPredictor("sor", samples=300).update(batch)
+        op = ModelPredictor("sor", samples=300)
+        one_by_one = []
+        for t in np.unique(batch.ts):
+            one_by_one += op.update(batch.take(np.flatnonzero(batch.ts == t)))
+        assert sum(r["violation"] is not None for r in whole) > 300  # records the tracker judged
+        assert whole == one_by_one
+
+
+def test_predictions_without_quantiles_have_the_same_moments() -> None:
+    """``quantiles=False`` (what the predictor asks for) leaves the mean and sigma as they were."""
+    m = sor_model()
+    inputs = {
+        "FracAvailCPU": {"mean": np.array([0.8, 0.8, 0.5, 0.8]), "sigma": np.array([0.02, 0.02, 0.25, 0.02])},
+        "BWAvail": {"mean": np.full(4, 2.0e5), "sigma": np.full(4, 1.0e4)},
+    }
+    full = m.predict(inputs, method="monte-carlo", samples=500, seed=3)
+    lean = m.predict(inputs, method="monte-carlo", samples=500, seed=3, quantiles=False)
+    for out, stats in full.outputs.items():
+        assert set(stats) - set(lean.outputs[out]) == {"q025", "q975"}
+        for k, v in lean.outputs[out].items():
+            assert np.array_equal(v, stats[k]), (out, k)
+
+
 # -- time balancing ------------------------------------------------------------------------------------
 def test_allocation_equalises_times_and_conserves_work() -> None:
     a, b = np.array([1.0, 2.0, 4.0]), np.array([0.0, 5.0, 100.0])
@@ -228,3 +261,25 @@ def test_balancing_the_sor_model() -> None:
     assert cons["completion_p95"] < mean["completion_p95"]
     lo, hi = cons["completion_interval"]
     assert lo < cons["completion_mean"] < hi
+
+
+def test_a_model_predicts_the_same_after_jobs_of_other_sizes() -> None:
+    """The constants' moments are made once per node count and shared read-only: a model that
+    predicted for 3 and 4 nodes predicts for 4 as a fresh one does, and nothing can write them."""
+    inputs = {
+        n: {"mean": np.full(4, m), "sigma": np.full(4, s)}
+        for n, m, s in (("FracAvailCPU", 0.7, 0.1), ("BWAvail", 2e5, 1e4))
+    }
+    three = {n: {k: v[:3] for k, v in d.items()} for n, d in inputs.items()}
+    used = sor_model()
+    for i in (three, inputs, three):
+        used.predict(i, samples=200, seed=1)
+    fresh = sor_model().predict(inputs, samples=200, seed=1)
+    again = used.predict(inputs, samples=200, seed=1)
+    assert fresh.method == "monte-carlo" and fresh.nodes == again.nodes == 4
+    for out, stats in fresh.outputs.items():
+        for k, v in stats.items():
+            assert np.array_equal(again.outputs[out][k], v), (out, k)
+    env = used.draw(inputs, 10, 0)
+    with pytest.raises(ValueError, match="read-only"):
+        env["NumElts"][0, 0] = 1.0
