@@ -8,8 +8,6 @@ from typing import Annotated
 
 import orjson
 import typer
-from perfsift.analysis.analyze import analyze
-from perfsift.analysis.report import build_report
 from perfsift.cli.ui import counting_progress, fail, out, pipeline_from_flags
 from perfsift.schemas import RecordError
 from perfsift.streams.presets import with_options
@@ -31,6 +29,8 @@ def analyze_command(
 ) -> None:
     """Run the whole pipeline over an archived trace in one process (no broker): the same records a
     streaming run publishes, as files in OUT, plus a summary."""
+    from perfsift.analysis.analyze import analyze
+
     cfg = with_options(pipeline_from_flags(config), perf_metric, contract)
     progress = counting_progress()
     try:
@@ -96,6 +96,8 @@ def report_command(
 ) -> None:
     """One self-contained HTML page: kept metrics, nodes that stand apart, traces, forecasts,
     contract, predictions, data reduction, bytes (a figure and a table each)."""
+    from perfsift.analysis.report import build_report
+
     try:
         page = build_report(folder)
     except FileNotFoundError as exc:

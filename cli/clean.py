@@ -11,9 +11,7 @@ from typing import Annotated, Any
 
 import numpy as np
 import typer
-from perfsift.analysis.quality import diff, dtw
 from perfsift.cli.ui import console, counting_progress, fail, out, pipeline_from_flags
-from perfsift.operators import Clean
 from perfsift.producers.traces import iter_samples
 from perfsift.schemas import RecordError, encode_batch, samples_to_batch
 from perfsift.streams.knowledge import KnowledgeBase, clean_params
@@ -91,6 +89,8 @@ def clean_command(
         if value is not None:
             params[name] = value
     try:
+        from perfsift.operators import Clean  # here: it loads numba
+
         op = Clean(**clean_params(params))
     except (TypeError, ValueError, RuntimeError) as exc:
         raise fail(f"clean settings: {exc}") from None
@@ -156,6 +156,8 @@ def quality_command(
 ) -> None:
     """Zhu's quality measure per (node, metric): Diff = (DTW(TEST, REF1) − DTW(REF1, REF2)) /
     DTW(REF1, REF2); smaller is better, 0 = as close as two clean runs."""
+    from perfsift.analysis.quality import diff, dtw  # here: they load numba
+
     try:
         a, r1, r2 = _series(test), _series(ref1), _series(ref2)
     except RecordError as exc:

@@ -11,9 +11,9 @@ import orjson
 import typer
 from perfsift.analysis.plots import plot_violations
 from perfsift.cli.ui import fail, out, read_trace, write_jsonl
-from perfsift.operators import ContractMonitor
 from perfsift.operators.contract import (
     ContractError,
+    ContractMonitor,
     baseline_capabilities,
     contract_records,
     derive_contract,

@@ -9,10 +9,7 @@ from typing import Annotated
 import typer
 from perfsift.cli.producers import parse_duration
 from perfsift.cli.ui import BootstrapNeededOpt, ConfigOpt, PropsOpt, console, fail, pipeline_from_flags, stop_on_signals
-from perfsift.formats.prom_out import LatestValues
 from perfsift.schemas.registry import use_registry
-from perfsift.streams.clients import kafka_properties, parse_props
-from perfsift.streams.export import EXPORTED, Exporter, ExportServer, RemoteWriter
 
 
 def export_command(
@@ -59,6 +56,10 @@ def export_command(
     perf.contract, on http://HOST:PORT/metrics. Reads every partition (no consumer group), so one
     target has every series; docs/export.md has the scrape config and a Grafana dashboard. Stops
     cleanly on SIGTERM/Ctrl-C."""
+    from perfsift.formats.prom_out import LatestValues
+    from perfsift.streams.clients import kafka_properties, parse_props
+    from perfsift.streams.export import EXPORTED, Exporter, ExportServer, RemoteWriter
+
     if not bootstrap:
         raise fail("export needs --bootstrap (or PERFSIFT_BOOTSTRAP); `perfsift broker` starts one locally")
     try:

@@ -21,13 +21,8 @@ from perfsift.cli.ui import (
     pipeline_from_flags,
     stop_on_signals,
 )
-from perfsift.formats import IngestSettings, load_map
-from perfsift.formats.settings import FORMATS, IngestConfigError
-from perfsift.streams.clients import create_pipeline_topics, kafka_properties, parse_props
-from perfsift.streams.config import StageConfig
-from perfsift.streams.http import HealthServer
-from perfsift.streams.ingest_stage import IngestRunner, http_routes
-from perfsift.streams.stage import StageError
+from perfsift.formats import IngestSettings
+from perfsift.formats.settings import FORMATS
 from rich.markup import escape
 
 Format = enum.Enum("Format", {f: f for f in FORMATS}, type=str)  # type: ignore[misc]
@@ -50,6 +45,9 @@ MapOpt = Annotated[
 
 
 def _settings(fmt: str, map_file: Path | None, max_delay: float) -> IngestSettings:
+    from perfsift.formats import load_map
+    from perfsift.formats.settings import IngestConfigError
+
     try:
         return IngestSettings(fmt, load_map(fmt, map_file), max_delay)
     except IngestConfigError as exc:
@@ -84,6 +82,12 @@ def ingest(
     checkpoints, dead letters (malformed, unmapped, late, collision) and /metrics, until
     SIGTERM/Ctrl-C. With --format remote_write, Prometheus posts to /api/v1/write on --http-port
     and the requests go through the topic."""
+    from perfsift.streams.clients import create_pipeline_topics, kafka_properties, parse_props
+    from perfsift.streams.config import StageConfig
+    from perfsift.streams.http import HealthServer
+    from perfsift.streams.ingest_stage import IngestRunner, http_routes
+    from perfsift.streams.stage import StageError
+
     cfg = pipeline_from_flags(config, settings)
     if not bootstrap:
         raise fail("ingest needs --bootstrap (or PERFSIFT_BOOTSTRAP); `perfsift broker` starts one locally")
@@ -142,6 +146,7 @@ def convert_command(
     """Convert archived exports (Collector file exporter OTLP JSON lines or proto, Telegraf or
     LDMS JSON lines, line protocol, collectd JSON or Graphite lines, Prometheus scrapes: several
     files or several scrapes in one) into one perfsift trace, as `perfsift ingest` would."""
+    from perfsift.formats.settings import IngestConfigError
     from perfsift.producers.convert import convert
 
     try:

@@ -20,20 +20,9 @@ from perfsift.cli.ui import (
     pipeline_from_flags,
     stop_on_signals,
 )
-from perfsift.producers import demo_trace_path, number_samples
-from perfsift.producers.publish import publish_samples
-from perfsift.producers.traces import iter_samples
 from perfsift.schemas import RecordError
 from perfsift.schemas.registry import use_registry
-from perfsift.streams.broker import BrokerError, EmbeddedBroker
-from perfsift.streams.clients import (
-    create_pipeline_topics,
-    kafka_properties,
-    parse_props,
-    require_topic,
-)
-from perfsift.streams.tail import OFFSET_HELP, decode_message, parse_offset, render, value_text
-from perfsift.streams.tail import read as read_topic
+from perfsift.streams.tail import OFFSET_HELP
 
 
 def broker(
@@ -50,6 +39,9 @@ def broker(
     ] = False,
 ) -> None:
     """Run the embedded Kafka-protocol broker (Tansu, in memory) in the foreground until Ctrl-C."""
+    from perfsift.streams.broker import BrokerError, EmbeddedBroker
+    from perfsift.streams.clients import create_pipeline_topics
+
     if client_lib:
         from perfsift.streams.broker import client_library_dir
 
@@ -80,6 +72,8 @@ def topics(
     settings: SetOpt = None,
 ) -> None:
     """Create the pipeline's topics that do not exist yet (partitions, retention, compaction)."""
+    from perfsift.streams.clients import create_pipeline_topics, kafka_properties, parse_props
+
     cfg = pipeline_from_flags(config, settings)
     if not bootstrap:
         raise fail("topics needs --bootstrap (or PERFSIFT_BOOTSTRAP)")
@@ -164,6 +158,11 @@ def produce(
     replay` keeps the trace's timing. With --raw, any bytes (a scrape, Telegraf lines, collectd
     JSON) for `perfsift ingest`: works with every broker perfsift works with, the embedded one
     included (Debian 12's kcat cannot talk to it, docs/ingest.md)."""
+    from perfsift.producers import demo_trace_path, number_samples
+    from perfsift.producers.publish import publish_samples
+    from perfsift.producers.traces import iter_samples
+    from perfsift.streams.clients import kafka_properties, parse_props, require_topic
+
     if not bootstrap:
         raise fail("produce needs --bootstrap (or PERFSIFT_BOOTSTRAP); start one with `perfsift broker`")
     if raw:
@@ -238,6 +237,9 @@ def tail(
     PERFSIFT_SR_URL) or OTLP protobuf metrics. Without --group no consumer group is joined (the
     partitions are assigned, nothing is committed). The embedded broker can report a partition's
     end short by its last batch, so -o -N and -e are approximate there."""
+    from perfsift.streams.clients import kafka_properties, parse_props, require_topic
+    from perfsift.streams.tail import decode_message, parse_offset, render, value_text
+    from perfsift.streams.tail import read as read_topic
 
     if not bootstrap:
         raise fail("tail needs --bootstrap (or PERFSIFT_BOOTSTRAP)")

@@ -8,18 +8,17 @@ from typing import Annotated, Any
 
 import numpy as np
 import typer
-from perfsift.analysis.plots import plot_predictions
 from perfsift.cli.ui import console, fail, out, read_trace, write_jsonl
-from perfsift.models.balance import balance
 from perfsift.models.expressions import ModelError
 from perfsift.models.structural import METHODS, StructuralModel
-from perfsift.operators.predict import ModelPredictor, load_model, summarize
 from rich.table import Table
 
 ModelArg = Annotated[str, typer.Argument(help="Model file (YAML) or the name of a bundled model (sor).")]
 
 
 def _model(name: str) -> StructuralModel:
+    from perfsift.operators.predict import load_model
+
     try:
         return load_model(name)
     except ModelError as exc:
@@ -40,6 +39,9 @@ def predict_command(
 ) -> None:
     """Predict a structural model's outputs at every timestamp of a trace from the forecasts of
     its metrics made before it; compare with the observed values where the model names them."""
+    from perfsift.analysis.plots import plot_predictions
+    from perfsift.operators.predict import ModelPredictor, summarize
+
     m = _model(model)
     if method not in METHODS:
         raise fail(f"--method is one of {', '.join(METHODS)}, got {method!r}")
@@ -96,6 +98,9 @@ def balance_command(
     """Share work so every node is predicted to finish together: T(p) = A(p)·work(p) + B(p)
     equal for all p, with the mean strategy and the conservative one (mean + 2σ), and each
     allocation's predicted completion time over simulated runs."""
+    from perfsift.models.balance import balance
+    from perfsift.operators.predict import ModelPredictor
+
     m = _model(model)
     if m.balance is None:
         raise fail(f"{m.source}: the model has no balance: section (work: PARAMETER, time: COMPONENT)")

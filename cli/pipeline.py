@@ -8,13 +8,11 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import orjson
 import typer
 from confluent_kafka import KafkaException
-from perfsift.cli.live import LiveReport
-from perfsift.cli.local import DEFAULT_REPORT, LocalRun
 from perfsift.cli.ui import (
     BootstrapNeededOpt,
     BootstrapOpt,
@@ -27,20 +25,13 @@ from perfsift.cli.ui import (
     pipeline_from_flags,
     stop_on_signals,
 )
-from perfsift.producers import demo_trace_path
-from perfsift.streams.access import AccessError, check_access, refused
-from perfsift.streams.broker import BrokerError, bootstrap_or_embedded
-from perfsift.streams.clients import create_pipeline_topics, kafka_properties, parse_props
-from perfsift.streams.config import ConfigError, load_pipeline, parse_settings, with_overrides
-from perfsift.streams.http import HealthServer
-from perfsift.streams.ingest_stage import http_routes, stage_runner
-from perfsift.streams.logs import LogFormat, current_logging
-from perfsift.streams.presets import with_demo, with_options
-from perfsift.streams.stage import StageError
-from perfsift.streams.volume import bytes_table
+from perfsift.streams.logs import LogFormat
 from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
+
+if TYPE_CHECKING:  # it imports the whole runtime: `perfsift run` imports it as it starts
+    from perfsift.cli.local import LocalRun
 
 #: trace seconds per wall second of the bundled demo's replay in ``perfsift run`` without --speed
 #: (its 600 s in 15 s): paced like live producers (``--speed 0`` replays it at once; the stages
@@ -78,6 +69,13 @@ def worker(
     ] = None,
 ) -> None:
     """Run one stage of the pipeline until SIGTERM/Ctrl-C (drains, commits, exits 0)."""
+    from perfsift.streams.access import AccessError, check_access, refused
+    from perfsift.streams.clients import create_pipeline_topics, kafka_properties, parse_props
+    from perfsift.streams.http import HealthServer
+    from perfsift.streams.ingest_stage import http_routes, stage_runner
+    from perfsift.streams.logs import current_logging
+    from perfsift.streams.stage import StageError
+
     cfg = pipeline_from_flags(config, settings)
     st = cfg.stage(stage) if stage in cfg.stages else None
     if st is None:
@@ -145,6 +143,7 @@ def validate(
     stages, operators and their parameters, limits, the kafka section) without contacting Kafka:
     first against the JSON Schema (each mistake as file:line, with "did you mean"), then as the
     stages are built. Exit 0 with a summary, or 2 with what is wrong."""
+    from perfsift.streams.config import ConfigError, load_pipeline, parse_settings
     from perfsift.streams.pipeline_schema import config_error_line, pipeline_schema, schema_errors
 
     if schema:
@@ -277,6 +276,14 @@ def run(
     --live-every seconds (open report.html: it reloads itself). Ends with a summary and, on the
     embedded broker, a report folder (./perfsift-report: the outputs and report.html).
     """
+    from perfsift.cli.live import LiveReport
+    from perfsift.cli.local import DEFAULT_REPORT, LocalRun
+    from perfsift.producers import demo_trace_path
+    from perfsift.streams.broker import BrokerError, bootstrap_or_embedded
+    from perfsift.streams.clients import create_pipeline_topics, kafka_properties, parse_props
+    from perfsift.streams.config import with_overrides
+    from perfsift.streams.presets import with_demo, with_options
+
     if live_every < 0:
         raise fail(f"--live-every must be >= 0 seconds, got {live_every:g}")
     if grace <= 0:
@@ -414,6 +421,8 @@ def _stats_table(local: LocalRun, elapsed: float, caption: str | None) -> Table:
 def _bytes_table(volume: dict[str, Any]) -> Table:
     """Bytes per topic written by the pipeline (state snapshots included), payload and zstd
     compressed, and as a ratio to what was read from perf.raw (:mod:`perfsift.streams.volume`)."""
+    from perfsift.streams.volume import bytes_table
+
     t = Table(title="bytes written (payload and zstd-compressed, × perf.raw's)")
     for col in ("topic", "MB", "× raw", "MB zstd", "× raw zstd"):
         t.add_column(col, justify="right" if col != "topic" else "left")

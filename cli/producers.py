@@ -13,13 +13,8 @@ import orjson
 import typer
 from perfsift.cli.ui import BootstrapOpt, ConfigOpt, PropsOpt, console, fail, out, pipeline_from_flags
 from perfsift.producers import synth as synthetic
-from perfsift.producers.publish import PublishError, SamplePublisher
-from perfsift.producers.replay import AdaptiveControl, replay
-from perfsift.producers.sampler import HostSampler
-from perfsift.producers.traces import FORMATS, SddfMapping, TraceWriter
+from perfsift.producers.traces import FORMATS
 from perfsift.schemas import RecordError
-from perfsift.streams.broker import BrokerError, bootstrap_or_embedded
-from perfsift.streams.clients import create_pipeline_topics, kafka_properties, parse_props
 
 
 def parse_duration(text: str) -> float:
@@ -61,6 +56,12 @@ def replay_command(
 ) -> None:
     """Replay a trace into perf.raw keyed by node, seq numbered per (job, node), with the trace's
     own timing scaled by --speed (event time stays the trace's)."""
+    from perfsift.producers.publish import PublishError
+    from perfsift.producers.replay import AdaptiveControl, replay
+    from perfsift.producers.traces import SddfMapping
+    from perfsift.streams.broker import BrokerError, bootstrap_or_embedded
+    from perfsift.streams.clients import create_pipeline_topics, kafka_properties, parse_props
+
     if fmt is not None and fmt not in FORMATS:
         raise fail(f"--format must be one of {', '.join(FORMATS)}")
     if speed <= 0:
@@ -138,6 +139,13 @@ def sample_command(
 ) -> None:
     """Sample this machine every interval and publish rates: Vetter & Reed's Table 1 metrics,
     memory and paging, and hardware counters where the kernel allows."""
+    from perfsift.producers.publish import PublishError, SamplePublisher
+    from perfsift.producers.replay import AdaptiveControl
+    from perfsift.producers.sampler import HostSampler
+    from perfsift.producers.traces import TraceWriter
+    from perfsift.streams.broker import BrokerError, bootstrap_or_embedded
+    from perfsift.streams.clients import create_pipeline_topics, kafka_properties, parse_props
+
     step = parse_duration(interval)
     until = time.monotonic() + parse_duration(duration) if duration else float("inf")
     sampler = HostSampler(node=node, job=job, perf=perf, pid=pid)
@@ -213,6 +221,8 @@ def synth_command(
 ) -> None:
     """Write a synthetic trace with known structure and its ground truth (which metrics are
     interesting, redundant, predictive, constant; where anomalies were put)."""
+    from perfsift.producers.traces import TraceWriter
+
     try:
         fmt = TraceWriter.format_of(out_file)
         if scenario in synthetic.SPMD_SCENARIOS:

@@ -9,20 +9,24 @@ matrix of Vetter & Reed's Figure 8 (metrics × periods, marks where selected).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import numpy as np
 import typer
 from perfsift.analysis.plots import plot_selection
 from perfsift.cli.ui import console, fail, out, read_trace, write_jsonl
-from perfsift.operators import Batch, ProjectionPursuit, SlidingMean
 from rich.progress import Progress
 from rich.table import Table
+
+if TYPE_CHECKING:  # the operators load numba: imported by the functions that use them
+    from perfsift.operators import Batch, ProjectionPursuit
 
 
 def run_pursuit(batch: Batch, op: ProjectionPursuit, window: int, show_progress: bool = True) -> list[dict[str, Any]]:
     """Smooth ``batch`` and feed it to ``op`` in event-time order, a few periods at a time (so the
     progress bar moves); closes the last period at the end."""
+    from perfsift.operators import SlidingMean
+
     smoothed = SlidingMean(window=window).update(batch.take(np.argsort(batch.ts, kind="stable")))
     ts = smoothed.ts
     first, last = np.floor(ts.min() / op.period), np.floor(ts.max() / op.period)
@@ -123,6 +127,8 @@ def pursuit(
 ) -> None:
     """Dynamic projection pursuit over a trace: which metrics differ interestingly across nodes,
     period by period (METHODS.md §1)."""
+    from perfsift.operators import ProjectionPursuit
+
     try:
         op = ProjectionPursuit(
             period=period,

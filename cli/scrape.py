@@ -20,8 +20,7 @@ from perfsift.cli.ui import (
     pipeline_from_flags,
     stop_on_signals,
 )
-from perfsift.producers.scrape import Scraper, Target, parse_target
-from perfsift.streams.clients import kafka_properties, parse_props, producer_settings, require_topic
+from perfsift.producers.scrape import Target
 
 
 def _raw_emitter(props: dict[str, str], topic: str, map_file: Path | None, cfg: Any) -> tuple[Any, Any]:
@@ -92,6 +91,9 @@ def scrape_command(
     prometheus_text`, or with --samples straight into perf.raw. Each target has its own schedule,
     timeout and back-off: one that fails is retried later and does not stop the others. Stops
     cleanly on SIGTERM/Ctrl-C."""
+    from perfsift.producers.scrape import Scraper, parse_target
+    from perfsift.streams.clients import kafka_properties, parse_props, producer_settings, require_topic
+
     if not bootstrap:
         raise fail("scrape needs --bootstrap (or PERFSIFT_BOOTSTRAP); `perfsift broker` starts one locally")
     try:

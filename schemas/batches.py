@@ -16,7 +16,6 @@ from typing import Any
 import numpy as np
 import orjson
 from perfsift.operators.batch import Batch
-from perfsift.schemas._json_scan import scan_samples
 from perfsift.schemas.frames import decode_frame, is_frame
 from perfsift.schemas.records import MAX_METRICS, SEQ_MAX, SEQ_MIN, RecordError, validate_sample
 
@@ -182,6 +181,10 @@ def warm_up_decoder() -> None:
 def _decode_scanned(values: Sequence[bytes | None]) -> Batch | None:
     """The raw sample shape of perfsift's producers, scanned at C speed
     (:mod:`~perfsift.schemas._json_scan`); None for anything else, which orjson then decodes."""
+    # here, not at import: the scanner loads numba (~0.7 CPU-s), which a process that never decodes
+    # JSON samples (the CLI's help, a stage of another encoding) should not pay; warm_up_decoder loads it
+    from perfsift.schemas._json_scan import scan_samples
+
     try:
         blob = b"".join(values)  # type: ignore[arg-type]
     except TypeError:  # a null message

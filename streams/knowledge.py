@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
-from perfsift.operators.clean.clean import Clean, KnowledgeHistory
+from perfsift.operators.clean._knowledge import KnowledgeHistory
 
 SCHEMA = (
     """CREATE TABLE IF NOT EXISTS runs (
@@ -272,6 +272,8 @@ def clean_params(params: Mapping[str, Any]) -> dict[str, Any]:
     if kb is None and any(params.get(k) is not None for k in keyed[2:]):
         raise ValueError("platform, workload and interval select runs of a knowledge base: give kb and app too")
     if kb is not None:
+        from perfsift.operators.clean.clean import Clean  # here: it loads numba, which parsing a pipeline does not need
+
         rows = int(out.get("knn_window", inspect.signature(Clean.__init__).parameters["knn_window"].default))
         interval = params.get("interval")
         key = (

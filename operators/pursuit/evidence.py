@@ -76,27 +76,52 @@ def metric_pvalues(v: np.ndarray) -> np.ndarray:
 
 
 def warm_up() -> None:
-    """Import what the rank tests use (scipy.special; scipy.stats's ``rankdata`` above 48 nodes)
-    now: a stage calls this as it starts (``ProjectionPursuit.warm_up``), so its first period does
-    not pay the imports (about 0.5-0.9 CPU-s), which every other perfsift process skips."""
-    import scipy.special
-    import scipy.stats  # noqa: F401
+    """Import what the rank tests use (scipy.special) now: a stage calls this as it starts
+    (``ProjectionPursuit.warm_up``), so its first period does not pay the import (about 0.5 CPU-s),
+    which every other perfsift process skips. Not scipy.stats (about 1 CPU-s more): the ranks
+    are :func:`_ranks`' own."""
+    import scipy.special  # noqa: F401
 
 
 def _ranks(v: np.ndarray) -> np.ndarray:
-    """Average ranks (1..P, ties share their mean rank) along axis 0; by comparison counts for a
-    few dozen nodes (no sort: faster there), else scipy's ``rankdata``.
+    """Average ranks (1..P, ties share their mean rank) along axis 0 of ``v`` (no NaN); by
+    comparison counts for a few dozen nodes (no sort: faster there), else by sorting
+    (:func:`_sorted_ranks`). Both equal scipy.stats' ``rankdata(v, axis=0)`` bit for bit
+    (tests/unit/test_pursuit_ranks.py).
 
     >>> _ranks(np.array([[3.0], [1.0], [3.0]])).ravel().tolist()
     [2.5, 1.0, 2.5]
     """
     if len(v) > 48:
-        from scipy.stats import rankdata  # here: scipy costs ~0.9 s of every perfsift process's start (loaded)
-
-        return np.asarray(rankdata(v, axis=0), dtype=np.float64)
+        return _sorted_ranks(v)
     less = (v[None, :] < v[:, None]).sum(axis=1)
     equal = (v[None, :] == v[:, None]).sum(axis=1)
     return less + (equal + 1) / 2
+
+
+def _sorted_ranks(v: np.ndarray) -> np.ndarray:
+    """Average ranks along axis 0 by a stable sort: the k-th smallest value's rank is k + 1, and a
+    run of equal values (positions lo..hi in sorted order) each gets ``(lo + hi) / 2 + 1`` -- a
+    half-integer, exact in float64, as scipy's ``rankdata`` computes it.
+
+    >>> _sorted_ranks(np.array([[3.0, 0.0], [1.0, 0.0], [3.0, 2.0]])).tolist()
+    [[2.5, 1.5], [1.0, 1.5], [2.5, 3.0]]
+    """
+    n = len(v)
+    order = np.argsort(v, axis=0, kind="stable")
+    s = np.take_along_axis(v, order, axis=0)
+    at = np.arange(n, dtype=np.float64).reshape((n,) + (1,) * (v.ndim - 1))
+    first = np.empty(s.shape, dtype=bool)  # the start of a run of equal values
+    first[0] = True
+    first[1:] = s[1:] != s[:-1]
+    last = np.empty(s.shape, dtype=bool)  # the end of one
+    last[-1] = True
+    last[:-1] = first[1:]
+    lo = np.maximum.accumulate(np.where(first, at, 0.0), axis=0)
+    hi = np.flip(np.minimum.accumulate(np.flip(np.where(last, at, n - 1.0), axis=0), axis=0), axis=0)
+    ranks = np.empty(s.shape)
+    np.put_along_axis(ranks, order, (lo + hi) / 2 + 1, axis=0)
+    return ranks
 
 
 def _tests(u: np.ndarray, top: np.ndarray, bottom: np.ndarray, ok: np.ndarray) -> np.ndarray:
