@@ -27,6 +27,7 @@ if os.environ.get("PYTHONDONTWRITEBYTECODE"):
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -68,35 +69,46 @@ dtw([1.0, 2.0], [1.0, 3.0])""",
 _QUIET: dict[str, Any] = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
 
 
+def _kernels_cached() -> bool:
+    """Whether numba's cache holds this code's forecast kernel (the longest to compile)."""
+    import numba
+    from perfsift.operators import _numba  # noqa: F401  (names the cache folder after this code's kernels)
+
+    folder = Path(numba.config.CACHE_DIR) / "perfsift.operators.forecast"  # type: ignore[attr-defined]
+    return any(folder.glob("_nws_kernel.step-*.nbi"))
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """Fill numba's cache once, in the controller, before the xdist workers start: otherwise every
     worker (and every CLI subprocess a test starts before the cache is written) compiles the same
     kernels at once, ~30 s each on a loaded 2-core machine. On a fresh clone the compilation is
     minutes of one core, so two processes share it (:data:`WARM_GROUPS`), and with xdist workers
-    (a whole run, not ``-n 0`` on a few files) mypy fills its own cache beside the longer group
-    while that compiles;
-    then the controller warms everything itself, which loads from the cache and compiles whatever
-    the groups missed."""
+    (a whole run, not ``-n 0`` on a few files) mypy fills its own cache beside them while they
+    compile; then the controller warms everything itself, which loads from the cache and compiles
+    whatever the groups missed."""
     if hasattr(config, "workerinput"):  # an xdist worker: the controller did it
         return
-    longer, shorter = (subprocess.Popen([sys.executable, "-c", code]) for code in WARM_GROUPS)
-    shorter.wait()
-    # mypy's cache in the core the shorter group leaves idle (77 CPU-s cold, 1 warm), when the
-    # longer group is still compiling: test_mypy then checks only the modules changed since. With
-    # the kernels in numba's cache (any clone of this code compiled them: operators/_numba.py) both
-    # groups only load and are done in seconds, and mypy, there alone, would leave a core idle for
-    # a minute: then test_mypy fills the cache on a worker, beside the other tests
     workers = config.getoption("numprocesses", None)
-    try:  # loading the kernels from the cache takes seconds, compiling them minutes
-        longer.wait(timeout=15)
-        compiling = False
-    except subprocess.TimeoutExpired:
-        compiling = True
-    mypy = (
-        workers
-        and compiling
-        and subprocess.Popen([sys.executable, "-m", "tests.typecheck"], cwd=config.rootpath, **_QUIET)
-    )
+
+    def start_mypy() -> subprocess.Popen[bytes]:
+        return subprocess.Popen([sys.executable, "-m", "tests.typecheck"], cwd=config.rootpath, **_QUIET)
+
+    longer, shorter = (subprocess.Popen([sys.executable, "-c", code]) for code in WARM_GROUPS)
+    # mypy's cache (77 CPU-s cold, 1 warm) while the kernels compile, so that test_mypy then checks
+    # only the modules changed since: from the start beside both groups when numba's cache lacks the
+    # kernels (three processes on two cores leave no core idle: the groups took about 100 and 50
+    # CPU-s, mypy after the shorter one ended 26 s after the longer); with the kernels cached (any
+    # clone of this code compiled them: operators/_numba.py) both groups only load and are done in
+    # seconds, and mypy, there alone, would leave a core idle for a minute: then test_mypy fills the
+    # cache on a worker, beside the other tests. A cache that misses some kernels: mypy starts if the
+    # longer group is still busy 15 s after the shorter one is done.
+    mypy = start_mypy() if workers and not _kernels_cached() else None
+    shorter.wait()
+    if workers and mypy is None:
+        try:  # loading the kernels from the cache takes seconds, compiling them minutes
+            longer.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            mypy = start_mypy()
     longer.wait()
     if mypy:
         mypy.wait()

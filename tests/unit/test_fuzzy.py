@@ -68,6 +68,7 @@ def test_a_rulebases_table_is_computed_once_per_machine(monkeypatch: pytest.Monk
     or defuzzification is another file; an unreadable file is computed and written again."""
     from perfsift.operators.contract import rules
 
+    monkeypatch.delenv("PERFSIFT_CACHE_DIR", raising=False)  # else it, not XDG_CACHE_HOME, names the folder
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     rules._cached_table.cache_clear()
     xs, ys = Rulebase.default().table(points=401)
