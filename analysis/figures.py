@@ -112,8 +112,7 @@ def heat_strip(levels: dict[str, dict[str, Any]], t0: float, bins: int = 200) ->
         count = np.bincount(idx[ok], minlength=bins)
         grid[i] = np.where(count > 0, total / np.maximum(count, 1), np.nan)
     fig, ax = plt.subplots(figsize=(10, 0.28 * len(nodes) + 1.4))
-    cmap = plt.get_cmap("Reds").copy()
-    cmap.set_bad("0.85")
+    cmap = plt.get_cmap("Reds").with_extremes(bad="0.85")  # a copy: the registered map stays as it is
     im = ax.imshow(
         np.ma.masked_invalid(grid),
         aspect="auto",
