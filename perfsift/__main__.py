@@ -27,6 +27,9 @@ def limit_blas_threads(environ: MutableMapping[str, str]) -> None:
 
 def main() -> None:
     limit_blas_threads(os.environ)
+    from perfsift.streams.logs import enable_stack_dumps  # logging only: no numpy before the line above
+
+    enable_stack_dumps()
     from perfsift.cli import main as cli_main
 
     cli_main()

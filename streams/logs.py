@@ -8,7 +8,9 @@ Loki, Elasticsearch or Cloud Logging can filter on them without parsing messages
 
 from __future__ import annotations
 
+import faulthandler
 import logging
+import signal
 from enum import StrEnum
 from typing import Any
 
@@ -63,3 +65,11 @@ def setup_logging(level: LogLevel | str = LogLevel.warning, fmt: LogFormat | str
 def current_logging() -> tuple[LogLevel, LogFormat]:
     """The (level, format) of the last :func:`setup_logging`."""
     return _current
+
+
+def enable_stack_dumps() -> None:
+    """``kill -USR1 PID`` writes every thread's Python stack to the process's stderr (a pod's log)
+    and the process goes on: what a worker that stopped answering is doing. ``perfsift`` turns it
+    on as it starts (``perfsift/__main__.py``), and each stage process ``perfsift run`` spawns."""
+    if hasattr(signal, "SIGUSR1"):
+        faulthandler.register(signal.SIGUSR1, all_threads=True)

@@ -21,7 +21,7 @@ from typing import Any
 
 from perfsift.streams.config import PipelineConfig, StageConfig
 from perfsift.streams.ingest_stage import stage_runner
-from perfsift.streams.logs import LogFormat, LogLevel, current_logging, setup_logging
+from perfsift.streams.logs import LogFormat, LogLevel, current_logging, enable_stack_dumps, setup_logging
 from perfsift.streams.runner import run_in_thread
 from perfsift.streams.stage import StageStats
 
@@ -40,6 +40,7 @@ def _child(
 ) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the parent, which tells us to stop
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    enable_stack_dumps()  # kill -USR1: every thread's stack to stderr, as in the parent
     setup_logging(*logs)  # a spawned interpreter starts with none: log as the parent does
     failures: list[BaseException] = []
     runner = stage_runner(cfg.stage(name), cfg, props, embedded=embedded)

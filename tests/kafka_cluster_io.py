@@ -124,7 +124,9 @@ class Worker:
             self.proc.send_signal(signal.SIGTERM)
         try:
             return self.proc.wait(60)
-        except subprocess.TimeoutExpired:
+        except subprocess.TimeoutExpired:  # stuck: every thread's stack into its log (the failure shows it)
+            self.proc.send_signal(signal.SIGUSR1)
+            time.sleep(2)
             self.proc.kill()
             return -9
 
@@ -234,7 +236,7 @@ def run_pair(
         got = settle(cluster.bootstrap, cfgs)
     finally:
         codes = [w.stop() for ws in workers for w in ws]
-    logs = "\n".join(f.read_text()[-1500:] for f in tmp_path.glob("*.log"))
+    logs = "\n".join(f.read_text()[-6000:] for f in tmp_path.glob("*.log"))  # with a stuck worker's stacks
     assert codes == [0, 0, 0, 0], logs
     return got, logs
 
