@@ -27,14 +27,14 @@ from typing import Any
 
 import numba
 from numba.core import caching
+from perfsift.operators.cache_dir import cache_root
 
 if not os.environ.get("NUMBA_CACHE_DIR"):
     _here = Path(__file__).parent
     _sources = hashlib.sha256()
     for _kernel in sorted(_here.rglob("_*.py")):
         _sources.update(_kernel.read_bytes())
-    _cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "perfsift" / "numba"
-    numba.config.CACHE_DIR = str(_cache / _sources.hexdigest()[:12])  # type: ignore[attr-defined]
+    numba.config.CACHE_DIR = str(cache_root() / "numba" / _sources.hexdigest()[:12])  # type: ignore[attr-defined]
 
 
 @functools.cache

@@ -1,6 +1,7 @@
 """perfsift's cache folder (``$PERFSIFT_CACHE_DIR``, else ``$XDG_CACHE_HOME/perfsift``, else
 ``~/.cache/perfsift``),
-where numba's compiled kernels go (:mod:`~perfsift.operators._numba`), and arrays that are slow to
+where numba's compiled kernels go (:mod:`~perfsift.operators._numba`; ``NUMBA_CACHE_DIR`` puts them
+elsewhere), and arrays that are slow to
 compute but depend only on their inputs (:func:`cached_array`), so each is computed once per
 machine, not once per process."""
 

@@ -36,7 +36,8 @@ LAYERS = {name: set(ORDER[:i]) for i, name in enumerate(ORDER)}
 #: (docs/architecture.md, "Inside the layers")
 SUB_ORDER: dict[str, list[set[str]]] = {
     "perfsift.operators": [
-        {"_numba", "batch", "rounding", "cache_dir"},  # the core every operator stands on: the column batch
+        {"cache_dir"},  # where caches go: numba's kernels, arrays computed once per machine
+        {"_numba", "batch", "rounding"},  # the core every operator stands on: the column batch
         {"_keyed", "base"},  # per-key state; the operator roles
         {"checks"},  # the conformance suite of the roles
         {"clean", "forecast", "pursuit", "reduction", "smooth"},  # the families, each alone
